@@ -1,0 +1,120 @@
+"""Engine, migrations and the one session helper of the catalog."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from frlake.errors import CatalogError, StaleCatalog
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for the catalog; SQLite gets WAL, a busy timeout and foreign keys."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return create_engine(url, pool_pre_ping=True)
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", "frlake:migrations")
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(_bare_config()).get_current_head()
+
+
+def _bare_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", "frlake:migrations")
+    return cfg
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    _run(engine, command.upgrade, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    _run(engine, command.downgrade, revision)
+
+
+def _run(engine: Engine, fn, revision: str) -> None:
+    cfg = alembic_config(engine)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            fn(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise CatalogError(f"migration failed: {exc}") from exc
+
+
+def ensure_current(engine: Engine, db_url_hint: str) -> None:
+    """Create an empty catalog from the migrations; refuse a stale one.
+
+    A brand-new database (no tables at all) is initialised, so the embedded
+    default needs no set-up. A catalog at another revision is refused with the
+    command that fixes it: frlake never migrates a shared catalog silently.
+    """
+    try:
+        current = current_revision(engine)
+        if current is None and not inspect(engine).get_table_names():
+            upgrade(engine)
+            return
+    except SQLAlchemyError as exc:
+        raise CatalogError(f"cannot open the catalog at {engine.url!r}: {exc}") from exc
+    head = head_revision()
+    if current != head:
+        raise StaleCatalog(
+            f"the catalog is at revision {current or 'none'} but this frlake needs {head}; "
+            f"run: frlake --db-url '{db_url_hint}' db upgrade"
+        )
+
+
+@contextmanager
+def session_scope(factory: sessionmaker) -> Iterator[Session]:
+    """Commit on success, roll back on error, always close; database errors
+    come out as CatalogError."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise CatalogError(f"catalog error: {exc}") from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

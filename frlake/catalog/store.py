@@ -1,0 +1,362 @@
+"""The catalog's Python API. It hands out frozen dataclasses, never ORM rows."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import sessionmaker
+
+from frlake.catalog import db
+from frlake.catalog.models import Attempt, Dump, IngestRun, Job, LakeFile, SourceFile
+
+_CHUNK = 500  # bound on IN (...) lists
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str | None
+    status: str
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """What one ingest learned about one file (or archive member)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str | None
+    status: str  # ingested | duplicate | rejected
+    reason: str | None = None
+    detail: str | None = None
+    job: str | None = None
+    attempt: int | None = None
+    host: str | None = None
+    rank: int | None = None
+    seen_at: datetime | None = None
+    run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class DumpRecord:
+    sha256: str
+    dump_id: int
+    job: str
+    attempt: int
+    rank: int
+    host: str
+    fr_version: str | None
+    encoding: str
+    size_bytes: int
+    n_entries: int
+    first_ns: int | None
+    last_ns: int | None
+
+
+@dataclass(frozen=True)
+class LakeFileSpec:
+    table: str
+    path: str  # relative to the lake
+    job: str | None
+    attempt: int | None
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: int
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    n_ingested: int
+    n_duplicate: int
+    n_rejected: int
+    n_unchanged: int
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    job: str
+    attempt: int
+    n_dumps: int
+    hosts: tuple[str, ...]
+    ranks: tuple[int, ...]
+    started_ns: int | None
+    ended_ns: int | None
+    last_seen_at: datetime
+
+
+def _chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class Catalog:
+    """The catalog database: what was seen, ingested, rejected, and published."""
+
+    def __init__(self, db_url: str, *, check: bool = True):
+        self.url = db_url
+        self.engine = db.make_engine(db_url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        if check:
+            db.ensure_current(self.engine, db_url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def session(self):
+        return db.session_scope(self._sessions)
+
+    # -- ingest runs --------------------------------------------------------
+    def begin_run(self, sources: str, options: str) -> int:
+        with self.session() as s:
+            run = IngestRun(
+                started_at=utcnow(), status="running", sources=sources, options=options,
+                n_ingested=0, n_duplicate=0, n_rejected=0, n_unchanged=0,
+            )
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def finish_run(self, run_id: int, status: str, counts: dict[str, int]) -> None:
+        with self.session() as s:
+            s.execute(
+                update(IngestRun)
+                .where(IngestRun.id == run_id)
+                .values(finished_at=utcnow(), status=status, **{f"n_{k}": v for k, v in counts.items()})
+            )
+
+    def runs(self, limit: int = 20) -> list[RunSummary]:
+        with self.session() as s:
+            rows = s.scalars(select(IngestRun).order_by(IngestRun.id.desc()).limit(limit)).all()
+            return [
+                RunSummary(r.id, r.started_at, r.finished_at, r.status, r.n_ingested, r.n_duplicate, r.n_rejected, r.n_unchanged)
+                for r in rows
+            ]
+
+    # -- what was seen ------------------------------------------------------
+    def current_files(self, paths: Sequence[str]) -> dict[str, FileState]:
+        """The latest known state of each path (unknown paths are absent)."""
+        found: dict[str, FileState] = {}
+        with self.session() as s:
+            for chunk in _chunks(list(paths)):
+                rows = s.execute(
+                    select(SourceFile.path, SourceFile.size, SourceFile.mtime_ns, SourceFile.sha256, SourceFile.status)
+                    .where(SourceFile.path.in_(chunk), SourceFile.is_current.is_(True))
+                )
+                for row in rows:
+                    found[row.path] = FileState(*row)
+        return found
+
+    def known_dumps(self, shas: Sequence[str]) -> set[str]:
+        known: set[str] = set()
+        with self.session() as s:
+            for chunk in _chunks(list(shas)):
+                known.update(s.scalars(select(Dump.sha256).where(Dump.sha256.in_(chunk))))
+        return known
+
+    # -- publication --------------------------------------------------------
+    def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
+        """Record Parquet files about to be moved into the lake (the intent)."""
+        now = utcnow()
+        with self.session() as s:
+            rows = [
+                LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
+                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now)
+                for f in specs
+            ]
+            s.add_all(rows)
+            s.flush()
+            return [r.id for r in rows]
+
+    def pending_lake_files(self) -> list[tuple[int, str]]:
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(select(LakeFile.id, LakeFile.path).where(LakeFile.status == "pending"))]
+
+    def drop_lake_files(self, ids: Sequence[int]) -> None:
+        with self.session() as s:
+            for chunk in _chunks(list(ids)):
+                s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
+
+    def lake_files(self, table: str) -> list[str]:
+        """Relative paths of the committed Parquet files of one table."""
+        with self.session() as s:
+            return list(
+                s.scalars(
+                    select(LakeFile.path)
+                    .where(LakeFile.table_name == table, LakeFile.status == "committed")
+                    .order_by(LakeFile.id)
+                )
+            )
+
+    def commit_batch(
+        self,
+        run_id: int,
+        lake_file_ids: Sequence[int],
+        dumps: Sequence[DumpRecord],
+        files: Sequence[FileRecord],
+    ) -> None:
+        """One transaction: the dumps, the files that produced them, and the
+        Parquet files that hold their rows become visible together."""
+        now = utcnow()
+        with self.session() as s:
+            attempt_ids = self._attempt_ids(s, dumps, now)
+            for d in dumps:
+                s.add(
+                    Dump(sha256=d.sha256, dump_id=d.dump_id, attempt_id=attempt_ids[(d.job, d.attempt)],
+                         rank=d.rank, host=d.host, fr_version=d.fr_version, encoding=d.encoding,
+                         size_bytes=d.size_bytes, n_entries=d.n_entries, run_id=run_id, ingested_at=now)
+                )
+            self._record_files(s, run_id, files, now)
+            for chunk in _chunks(list(lake_file_ids)):
+                s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed"))
+
+    def _attempt_ids(self, s, dumps: Sequence[DumpRecord], now: datetime) -> dict[tuple[str, int], int]:
+        ids: dict[tuple[str, int], int] = {}
+        spans: dict[tuple[str, int], list] = {}
+        for d in dumps:
+            span = spans.setdefault((d.job, d.attempt), [None, None])
+            if d.first_ns is not None:
+                span[0] = d.first_ns if span[0] is None else min(span[0], d.first_ns)
+            if d.last_ns is not None:
+                span[1] = d.last_ns if span[1] is None else max(span[1], d.last_ns)
+        for (job_name, number), (first, last) in spans.items():
+            job = s.scalar(select(Job).where(Job.name == job_name))
+            if job is None:
+                job = Job(name=job_name, first_seen_at=now, last_seen_at=now)
+                s.add(job)
+                s.flush()
+            job.last_seen_at = now
+            att = s.scalar(select(Attempt).where(Attempt.job_id == job.id, Attempt.number == number))
+            if att is None:
+                att = Attempt(job_id=job.id, number=number, first_seen_at=now, last_seen_at=now,
+                              started_ns=first, ended_ns=last)
+                s.add(att)
+                s.flush()
+            else:
+                att.last_seen_at = now
+                if first is not None:
+                    att.started_ns = first if att.started_ns is None else min(att.started_ns, first)
+                if last is not None:
+                    att.ended_ns = last if att.ended_ns is None else max(att.ended_ns, last)
+            ids[(job_name, number)] = att.id
+        return ids
+
+    def _record_files(self, s, run_id: int, files: Sequence[FileRecord], now: datetime) -> None:
+        if not files:
+            return
+        current: dict[str, SourceFile] = {}
+        for chunk in _chunks([f.path for f in files]):
+            for row in s.scalars(select(SourceFile).where(SourceFile.path.in_(chunk), SourceFile.is_current.is_(True))):
+                current[row.path] = row
+        for f in files:
+            values = {k: v for k, v in asdict(f).items() if k not in ("seen_at", "run_id")}
+            old = current.get(f.path)
+            if old is not None and old.sha256 == f.sha256:
+                for key, value in values.items():
+                    setattr(old, key, value)
+                old.seen_at, old.run_id = now, run_id
+                continue
+            if old is not None:
+                old.is_current = False
+            row = SourceFile(**values, run_id=run_id, seen_at=now, is_current=True)
+            s.add(row)
+            current[f.path] = row
+
+    # -- reading ------------------------------------------------------------
+    def files(self, *, status: str | None = None, limit: int | None = None) -> list[FileRecord]:
+        with self.session() as s:
+            q = select(SourceFile).where(SourceFile.is_current.is_(True)).order_by(SourceFile.path)
+            if status:
+                q = q.where(SourceFile.status == status)
+            if limit:
+                q = q.limit(limit)
+            return [
+                FileRecord(r.path, r.size, r.mtime_ns, r.sha256, r.status, r.reason, r.detail, r.job,
+                           r.attempt, r.host, r.rank, r.seen_at, r.run_id)
+                for r in s.scalars(q)
+            ]
+
+    def attempts(self, job: str | None = None) -> list[AttemptInfo]:
+        with self.session() as s:
+            q = (
+                select(Job.name, Attempt.number, Attempt.started_ns, Attempt.ended_ns, Attempt.last_seen_at,
+                       func.count(Dump.id), Attempt.id)
+                .join(Attempt, Attempt.job_id == Job.id)
+                .join(Dump, Dump.attempt_id == Attempt.id)
+                .group_by(Job.name, Attempt.number, Attempt.started_ns, Attempt.ended_ns, Attempt.last_seen_at, Attempt.id)
+                .order_by(Job.name, Attempt.number)
+            )
+            if job is not None:
+                q = q.where(Job.name == job)
+            rows = s.execute(q).all()
+            members: dict[int, list[tuple[int, str]]] = {}
+            ids = [r[6] for r in rows]
+            for chunk in _chunks(ids):
+                for attempt_id, rank, host in s.execute(
+                    select(Dump.attempt_id, Dump.rank, Dump.host).where(Dump.attempt_id.in_(chunk))
+                ):
+                    members.setdefault(attempt_id, []).append((rank, host))
+            out = []
+            for name, number, started, ended, last_seen, n, attempt_id in rows:
+                m = members.get(attempt_id, [])
+                out.append(
+                    AttemptInfo(name, number, n, tuple(sorted({h for _, h in m})), tuple(sorted({r for r, _ in m})),
+                                started, ended, last_seen)
+                )
+            return out
+
+    def table_arrow(self, name: str) -> pa.Table:
+        """A catalog table as Arrow, for the SQL views."""
+        n_attempts = select(func.count(Attempt.id)).where(Attempt.job_id == Job.id).scalar_subquery()
+        n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
+        queries = {
+            "jobs": select(Job.name.label("job"), Job.first_seen_at, Job.last_seen_at, n_attempts.label("n_attempts")),
+            "attempts": select(
+                Job.name.label("job"), Attempt.number.label("attempt"), Attempt.first_seen_at, Attempt.last_seen_at,
+                Attempt.started_ns, Attempt.ended_ns, n_dumps.label("n_dumps"),
+            ).join(Job, Job.id == Attempt.job_id),
+            "files": select(
+                SourceFile.path, SourceFile.size, SourceFile.mtime_ns, SourceFile.sha256, SourceFile.status,
+                SourceFile.reason, SourceFile.detail, SourceFile.job, SourceFile.attempt, SourceFile.host,
+                SourceFile.rank, SourceFile.run_id, SourceFile.seen_at,
+            ).where(SourceFile.is_current.is_(True)),
+            "ingest_runs": select(
+                IngestRun.id.label("run_id"), IngestRun.started_at, IngestRun.finished_at, IngestRun.status,
+                IngestRun.sources, IngestRun.n_ingested, IngestRun.n_duplicate, IngestRun.n_rejected, IngestRun.n_unchanged,
+            ),
+        }
+        with self.session() as s:
+            result = s.execute(queries[name])
+            cols = list(result.keys())
+            rows = result.fetchall()
+        types = [_CATALOG_TYPES.get(c, pa.string()) for c in cols]
+        return pa.table([pa.array([r[i] for r in rows], t) for i, t in enumerate(types)],
+                        schema=pa.schema(list(zip(cols, types))))
+
+
+CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs")
+
+_CATALOG_TYPES = {
+    "job": pa.string(), "attempt": pa.int64(), "first_seen_at": pa.timestamp("us", tz="UTC"),
+    "last_seen_at": pa.timestamp("us", tz="UTC"), "n_attempts": pa.int64(), "started_ns": pa.int64(),
+    "ended_ns": pa.int64(), "n_dumps": pa.int64(), "path": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64(),
+    "sha256": pa.string(), "status": pa.string(), "reason": pa.string(), "detail": pa.string(), "host": pa.string(),
+    "rank": pa.int32(), "run_id": pa.int64(), "seen_at": pa.timestamp("us", tz="UTC"),
+    "started_at": pa.timestamp("us", tz="UTC"), "finished_at": pa.timestamp("us", tz="UTC"),
+    "sources": pa.string(), "n_ingested": pa.int64(), "n_duplicate": pa.int64(), "n_rejected": pa.int64(),
+    "n_unchanged": pa.int64(),
+}
+

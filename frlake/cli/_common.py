@@ -1,0 +1,89 @@
+"""Pieces every command shares: the global options, --format, output, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from contextlib import contextmanager
+from datetime import date, datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Annotated, Iterator, Sequence
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from frlake.config import Settings
+from frlake.errors import FrlakeError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+LakeOpt = Annotated[
+    str | None,
+    typer.Option("--lake", envvar="FRLAKE_LAKE", help="Lake folder (default ./frlake-lake).", show_default=False),
+]
+DbUrlOpt = Annotated[
+    str | None,
+    typer.Option("--db-url", envvar="FRLAKE_DB_URL", help="Catalog URL (default: SQLite inside the lake).",
+                 show_default=False),
+]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+
+
+def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settings:
+    """Command-level options win over the ones given before the command."""
+    root = ctx.find_root().obj or {}
+    return Settings.resolve(lake or root.get("lake"), db_url or root.get("db_url"))
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Print frlake errors as one clear line and exit 1, without a traceback."""
+    try:
+        yield
+    except FrlakeError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None) -> None:
+    if fmt is Format.json:
+        data = [{c: _plain(v) for c, v in zip(columns, row)} for row in rows]
+        sys.stdout.write(json.dumps(data, default=str, indent=2) + "\n")
+    elif fmt is Format.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_plain(v) for v in row])
+    else:
+        table = Table(title=title, show_lines=False)
+        for c in columns:
+            table.add_column(str(c), overflow="fold")
+        for row in rows:
+            table.add_row(*["" if v is None else str(_plain(v)) for v in row])
+        console.print(table)
+
+
+def emit_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, default=_plain, indent=2) + "\n")

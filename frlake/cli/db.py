@@ -1,0 +1,48 @@
+"""frlake db: the catalog's schema migrations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from frlake.catalog import db
+from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
+
+app = typer.Typer(help="Catalog database schema (Alembic migrations shipped with frlake).", no_args_is_help=True)
+
+
+@app.command("upgrade")
+def upgrade(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Apply the migrations up to REVISION (default: the latest)."""
+    with user_errors():
+        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
+        db.upgrade(engine, revision)
+        console.print(f"catalog at revision {db.current_revision(engine)}")
+
+
+@app.command("downgrade")
+def downgrade(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")],
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Revert the migrations down to REVISION."""
+    with user_errors():
+        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
+        db.downgrade(engine, revision)
+        console.print(f"catalog at revision {db.current_revision(engine) or 'base'}")
+
+
+@app.command("current")
+def current(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = None) -> None:
+    """Show the catalog's revision and the one this frlake needs."""
+    with user_errors():
+        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
+        console.print(f"current {db.current_revision(engine) or 'none'}, head {db.head_revision()}")

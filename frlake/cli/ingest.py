@@ -1,0 +1,61 @@
+"""frlake ingest: files, folders and archives into the lake."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, console, emit_json, settings, user_errors
+from frlake.ingest import DEFAULT_LAYOUT, IdentityOptions, IngestOptions, ingest, load_hosts
+
+
+def ingest_command(
+    ctx: typer.Context,
+    paths: Annotated[list[str], typer.Argument(help="Dump files, folders (recursive) and .tar/.tar.gz archives.")],
+    layout: Annotated[str | None, typer.Option(help=f"Path template, default {DEFAULT_LAYOUT!r}; placeholders "
+                                                    "{job} {attempt} {host} {rank} and {*}.")] = None,
+    job: Annotated[str | None, typer.Option(help="Job of every dump (wins over everything else).")] = None,
+    attempt: Annotated[int | None, typer.Option(help="Attempt of every dump.", min=0)] = None,
+    host: Annotated[str | None, typer.Option(help="Host of every dump.")] = None,
+    rank: Annotated[int | None, typer.Option(help="Rank of the dump (for a single file).", min=0)] = None,
+    hosts: Annotated[str | None, typer.Option("--hosts", help="CSV file of 'rank,host' lines.")] = None,
+    workers: Annotated[int, typer.Option(help="Parser processes.", min=1)] = min(4, os.cpu_count() or 1),
+    force: Annotated[bool, typer.Option(help="Re-read files even when size and mtime are unchanged.")] = False,
+    fmt: FormatOpt = Format.table,
+    quiet: QuietOpt = False,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Ingest Flight Recorder dumps (pickle or JSON). Safe to re-run: unchanged
+    files are skipped without reading them, and the same bytes are never
+    ingested twice."""
+    with user_errors():
+        identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
+                                   hosts=load_hosts(hosts) if hosts else None)
+        options = IngestOptions(identity=identity, workers=workers, force=force)
+        cfg = settings(ctx, lake, db_url)
+        if quiet or fmt is not Format.table:
+            summary = ingest(paths, cfg, options)
+        else:
+            with Progress(SpinnerColumn(), TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("files, {task.fields[mb]:.1f} MB read"), TimeElapsedColumn(),
+                          console=console, transient=True) as bar:
+                task = bar.add_task("ingest", total=None, mb=0.0)
+                summary = ingest(paths, cfg, options, lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
+    if fmt is Format.json:
+        emit_json(summary.to_dict())
+        return
+    console.print(
+        f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "
+        f"already present {summary.already_present}, unchanged {summary.unchanged}, "
+        f"rejected [bold]{summary.rejected}[/] in {summary.seconds:.2f} s (run {summary.run_id})"
+    )
+    for reason, count in sorted(summary.rejected_by_reason.items()):
+        console.print(f"  rejected {count} as {reason}")
+    for f in summary.rejected_files[:20]:
+        console.print(f"    {f['path']}: {f['detail']}", highlight=False)
+    if summary.rejected > 20:
+        console.print("    ... see `frlake files --rejected`")

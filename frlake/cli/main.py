@@ -1,0 +1,34 @@
+"""The `frlake` command: wires the command groups together."""
+
+from __future__ import annotations
+
+import typer
+
+from frlake.cli import db
+from frlake.cli._common import DbUrlOpt, LakeOpt
+from frlake.cli.ingest import ingest_command
+from frlake.cli.query import files_command, query_command
+
+app = typer.Typer(
+    name="frlake",
+    help="Store, diagnose and query PyTorch Flight Recorder dumps.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def main_options(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = None) -> None:
+    """Global options; every command also accepts them after its name."""
+    ctx.obj = {"lake": lake, "db_url": db_url}
+
+
+app.command("ingest")(ingest_command)
+app.command("query")(query_command)
+app.command("files")(files_command)
+app.add_typer(db.app, name="db")
+
+
+def main() -> None:
+    app()

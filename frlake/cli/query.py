@@ -1,0 +1,49 @@
+"""frlake query and frlake files: SQL over the lake, and what was ingested."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from frlake.catalog.store import Catalog
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, settings, user_errors
+from frlake.query import QueryLimits, query
+
+
+def query_command(
+    ctx: typer.Context,
+    sql: Annotated[str, typer.Argument(help="One SELECT / WITH / EXPLAIN statement.")],
+    fmt: FormatOpt = Format.table,
+    timeout: Annotated[float, typer.Option(help="Seconds before the query is stopped.")] = 60.0,
+    max_rows: Annotated[int, typer.Option(help="Rows returned at most.")] = 10_000,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Run read-only SQL over the views entries, dumps, stacks, groups,
+    pg_status, jobs, attempts, files and ingest_runs (docs/schema.md)."""
+    with user_errors():
+        result = query(sql, settings(ctx, lake, db_url), QueryLimits(timeout_s=timeout, max_rows=max_rows))
+    emit_rows(result.columns, result.rows, fmt)
+    if result.truncated:
+        err_console.print(f"[yellow]only the first {max_rows:,} rows are shown (--max-rows)[/]")
+
+
+def files_command(
+    ctx: typer.Context,
+    rejected: Annotated[bool, typer.Option("--rejected", help="Only the files set aside, with why.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Show at most this many.")] = None,
+    fmt: FormatOpt = Format.table,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """List the files seen: ingested, already present (duplicate) or rejected and why."""
+    with user_errors():
+        catalog = Catalog(settings(ctx, lake, db_url).db_url)
+        try:
+            records = catalog.files(status="rejected" if rejected else None, limit=limit)
+        finally:
+            catalog.close()
+    columns = ["path", "status", "reason", "detail", "job", "attempt", "host", "rank", "size", "sha256"]
+    rows = [[getattr(r, c) for c in columns] for r in records]
+    emit_rows(columns, rows, fmt)

@@ -1,0 +1,464 @@
+"""Turn one decoded Flight Recorder dump into Arrow columns.
+
+Every FR version is read by field presence, not by a version whitelist:
+the bare list of torch <= 2.2 (``seq_id``, ``time_created_us``), "1.4"
+(``pg_config`` as pg id -> ranks), "2.1" ... "2.10" and later, and the JSON
+variant (no frames, string pg_status, 0 for null times, list for
+process_group). Fields this code does not know are kept as JSON in an
+``extra`` column so nothing is lost.
+
+The decoded object is untrusted: a pickle may reference one object many
+times, so every expansion (entries, tensor sizes, frames, strings, unknown
+fields) is bounded against a budget that grows with the file's size, and the
+types of known fields are checked by Arrow's converters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from frlake import schema
+from frlake.errors import DumpRejected
+
+KNOWN_ENTRY_KEYS = frozenset(
+    {
+        "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "seq_id", "op_id",
+        "profiling_name", "time_created_ns", "time_created_us", "duration_ms", "input_sizes",
+        "input_dtypes", "output_sizes", "output_dtypes", "state", "time_discovered_started_ns",
+        "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p", "thread_id", "thread_name",
+        "frames",
+    }
+)
+KNOWN_TOP_KEYS = frozenset(
+    {"entries", "version", "pg_config", "pg_status", "nccl_version", "comm_lib_version", "nccl_comm_state"}
+)
+# Keys a self-describing dump may carry to name its own identity.
+IDENTITY_KEYS = {
+    "job": ("job", "job_id", "job_name"),
+    "attempt": ("attempt", "attempt_id", "restart", "restart_count"),
+    "host": ("hostname", "host"),
+    "rank": ("rank", "global_rank"),
+}
+_IDENTITY_KEY_SET = frozenset(k for keys in IDENTITY_KEYS.values() for k in keys)
+_PG_STATUS_KEYS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
+_P2P_NAME = re.compile(r"^(?:(?P<backend>[\w.]+):)?(?P<op>\w+)(?:\s+(?P<src>-?\d+)\s*->\s*(?P<dst>-?\d+))?")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one dump may expand to. The defaults fit any real buffer
+    (TORCH_FR_BUFFER_SIZE up to millions) with room to spare."""
+
+    max_file_bytes: int = 2 << 30
+    max_entries: int = 5_000_000
+    max_depth: int = 64
+    max_string: int = 1 << 16
+    max_tensors_per_entry: int = 1 << 16
+    max_dims: int = 64
+    max_frames: int = 1 << 12
+    # Elements (tensors, dims, frames, unknown-field nodes) allowed per byte of file.
+    expansion_per_byte: int = 4
+    expansion_floor: int = 1 << 20
+
+
+@dataclass
+class ParsedDump:
+    version: str | None
+    comm_lib_version: str | None
+    identity: dict[str, object]
+    entries: dict[str, pa.Array]
+    stacks: dict[int, list[dict]]
+    groups: list[dict]
+    pg_status: list[dict]
+    extra: str | None
+    n_entries: int = 0
+    stats: dict[str, int | None] = field(default_factory=dict)
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, size: int, limits: Limits):
+        self.left = max(limits.expansion_floor, size * limits.expansion_per_byte)
+
+    def spend(self, n: int, what: str) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise DumpRejected(
+                "too_many_nodes",
+                f"{what} expands far beyond the file's size (shared references: a memo bomb?)",
+            )
+
+
+def bounded_json(value: object, budget: _Budget, limits: Limits) -> str:
+    """Serialize an unknown field to JSON, refusing deep or exploding structures."""
+
+    def plain(obj: object, depth: int) -> object:
+        if depth > limits.max_depth:
+            raise DumpRejected("too_deep", f"an unknown field is nested deeper than {limits.max_depth} levels")
+        budget.spend(1, "an unknown field")
+        if obj is None or isinstance(obj, (bool, int, float)):
+            return obj
+        if isinstance(obj, str):
+            if len(obj) > limits.max_string:
+                raise DumpRejected("too_large", f"a string of {len(obj):,} characters exceeds the limit")
+            return obj
+        if isinstance(obj, bytes):
+            budget.spend(len(obj) // 16, "an unknown field")
+            return obj.hex()
+        if isinstance(obj, (list, tuple)):
+            budget.spend(len(obj), "an unknown field")
+            return [plain(v, depth + 1) for v in obj]
+        if isinstance(obj, dict):
+            budget.spend(len(obj), "an unknown field")
+            return {str(k): plain(v, depth + 1) for k, v in obj.items()}
+        raise DumpRejected("bad_schema", f"an unknown field holds a {type(obj).__name__}")
+
+    return json.dumps(plain(value, 0), separators=(",", ":"), allow_nan=True, default=str)
+
+
+def stack_id(frames_key: tuple) -> int:
+    """A stable 63-bit id for a stack: the same frames give the same id in every run."""
+    digest = hashlib.blake2b(repr(frames_key).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits()) -> ParsedDump:
+    """Normalize a decoded dump (see module docstring) or raise DumpRejected."""
+    budget = _Budget(size, limits)
+    if isinstance(obj, list):  # torch <= 2.2: a bare list of entries
+        top: dict = {}
+        raw_entries = obj
+    elif isinstance(obj, dict):
+        top = obj
+        if "entries" not in top:
+            raise DumpRejected("not_flight_recorder", "the file has no 'entries': not a Flight Recorder dump")
+        raw_entries = top["entries"]
+    else:
+        raise DumpRejected("not_flight_recorder", f"the file holds a {type(obj).__name__}, not a Flight Recorder dump")
+    if not isinstance(raw_entries, list):
+        raise DumpRejected("bad_schema", f"'entries' is a {type(raw_entries).__name__}, not a list")
+    if len(raw_entries) > limits.max_entries:
+        raise DumpRejected("too_large", f"{len(raw_entries):,} entries exceed the limit of {limits.max_entries:,}")
+    budget.spend(len(raw_entries), "the entry list")
+
+    version = top.get("version")
+    if version is not None and not isinstance(version, (str, int, float)):
+        raise DumpRejected("bad_schema", f"'version' is a {type(version).__name__}")
+    comm = top.get("comm_lib_version", top.get("nccl_version"))
+    extra_top = {k: v for k, v in top.items() if k not in KNOWN_TOP_KEYS and k not in _IDENTITY_KEY_SET}
+    if "nccl_comm_state" in top and top["nccl_comm_state"]:
+        extra_top["nccl_comm_state"] = top["nccl_comm_state"]
+    if "nccl_version" in top and "comm_lib_version" in top:
+        extra_top["nccl_version"] = top["nccl_version"]
+
+    entries, stacks = _entry_columns(raw_entries, encoding, budget, limits)
+    return ParsedDump(
+        version=None if version is None else str(version),
+        comm_lib_version=None if comm is None else _short_str(comm, "comm_lib_version", limits),
+        identity=_identity(top, limits),
+        entries=entries,
+        stacks=stacks,
+        groups=_groups(top.get("pg_config"), budget, limits),
+        pg_status=_pg_status(top.get("pg_status"), budget, limits),
+        extra=bounded_json(extra_top, budget, limits) if extra_top else None,
+        n_entries=len(raw_entries),
+        stats=_stats(entries),
+    )
+
+
+def _short_str(value: object, name: str, limits: Limits) -> str:
+    if not isinstance(value, (str, int, float)):
+        raise DumpRejected("bad_schema", f"'{name}' is a {type(value).__name__}")
+    text = str(value)
+    if len(text) > limits.max_string:
+        raise DumpRejected("too_large", f"'{name}' is {len(text):,} characters long")
+    return text
+
+
+def _identity(top: dict, limits: Limits) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for what, keys in IDENTITY_KEYS.items():
+        for key in keys:
+            if key in top and top[key] is not None:
+                found[what] = _short_str(top[key], key, limits)
+                break
+    return found
+
+
+def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
+    n = len(raw)
+    cols: dict[str, list] = {name: [None] * n for name in _RAW_FIELDS}
+    stack_ids: list[int | None] = [None] * n
+    extras: list[str | None] = [None] * n
+    stacks: dict[int, list[dict]] = {}
+    frames_seen: dict[int, int | None] = {}  # id(frames list) -> stack id; shared lists cost nothing twice
+    keys_seen: dict[tuple, int] = {}
+    max_tensors, max_dims, max_frames = limits.max_tensors_per_entry, limits.max_dims, limits.max_frames
+    seq, p2p, created, created_us = cols["seq_id"], cols["p2p_seq_id"], cols["time_created_ns"], cols["time_created_us"]
+    pg_name, pg_desc = cols["pg_name"], cols["pg_desc"]
+    field_lists = [(name, cols[name]) for name in _DIRECT_FIELDS]
+    sizes_lists = [(name, cols[name]) for name in ("input_sizes", "output_sizes")]
+
+    for i, e in enumerate(raw):
+        if type(e) is not dict:
+            raise DumpRejected("bad_schema", f"entry {i} is a {type(e).__name__}, not a dict")
+        get = e.get
+        for name, col in field_lists:
+            col[i] = get(name)
+        for name, col in sizes_lists:
+            sizes = get(name)
+            if sizes is not None:
+                if type(sizes) is not list or len(sizes) > max_tensors:
+                    raise DumpRejected("bad_schema", f"entry {i}: '{name}' is not a list of at most {max_tensors} tensors")
+                budget.spend(len(sizes), name)
+                for dims in sizes:
+                    if type(dims) is not list or len(dims) > max_dims:
+                        raise DumpRejected("bad_schema", f"entry {i}: '{name}' holds something that is not a tensor shape")
+                    budget.spend(len(dims), name)
+            col[i] = sizes
+        s = get("collective_seq_id")
+        seq[i] = get("seq_id") if s is None else s
+        p2p[i] = get("p2p_seq_id")
+        t = get("time_created_ns")
+        if t is None:
+            us = get("time_created_us")
+            if us is not None:
+                created_us[i] = us
+        created[i] = t
+        group = get("process_group")
+        if group is not None:
+            if type(group) not in (tuple, list) or len(group) != 2:
+                raise DumpRejected("bad_schema", f"entry {i}: 'process_group' is not a (name, desc) pair")
+            pg_name[i], pg_desc[i] = group
+        frames = get("frames")
+        if frames is not None:
+            key = id(frames)
+            if key in frames_seen:
+                stack_ids[i] = frames_seen[key]
+            else:
+                stack_ids[i] = frames_seen[key] = _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits)
+        if len(e) > _MAX_KNOWN or not e.keys() <= KNOWN_ENTRY_KEYS:
+            unknown = {k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}
+            if unknown:
+                extras[i] = bounded_json(unknown, budget, limits)
+
+    for i, us in enumerate(created_us):
+        if us is not None:
+            if type(us) not in (int, float):
+                raise DumpRejected("bad_schema", f"entry {i}: 'time_created_us' is not a number")
+            created[i] = int(us * 1000)
+    if pg_name.count(None) == n:  # before torch 2.4 the group is only known by its pg_id
+        pg_name = [None if p is None else str(p) for p in cols["pg_id"]]
+    if encoding == "json":  # JSON writes 0 where pickle writes None
+        for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+            cols[name] = [None if v == 0 else v for v in cols[name]]
+
+    backend, op, src, dst, derived_p2p = _names(cols["profiling_name"], limits)
+    is_p2p = cols["is_p2p"]
+    if is_p2p.count(None) == n:
+        is_p2p = derived_p2p
+    thread_id = [None if v is None else str(v) for v in cols["thread_id"]]
+
+    arrays = {
+        "entry_index": pa.array(range(n), pa.int32()),
+        "record_id": cols["record_id"],
+        "pg_id": cols["pg_id"],
+        "pg_name": pg_name,
+        "pg_desc": pg_desc,
+        "collective_seq_id": seq,
+        "p2p_seq_id": p2p,
+        "op_id": cols["op_id"],
+        "profiling_name": cols["profiling_name"],
+        "backend": backend,
+        "op": op,
+        "is_p2p": is_p2p,
+        "p2p_src": src,
+        "p2p_dst": dst,
+        "state": cols["state"],
+        "time_created_ns": created,
+        "time_discovered_started_ns": cols["time_discovered_started_ns"],
+        "time_discovered_completed_ns": cols["time_discovered_completed_ns"],
+        "duration_ms": cols["duration_ms"],
+        "retired": cols["retired"],
+        "timeout_ms": cols["timeout_ms"],
+        "input_sizes": cols["input_sizes"],
+        "input_dtypes": cols["input_dtypes"],
+        "output_sizes": cols["output_sizes"],
+        "output_dtypes": cols["output_dtypes"],
+        "thread_id": thread_id,
+        "thread_name": cols["thread_name"],
+        "stack_id": stack_ids,
+        "extra": extras,
+    }
+    out: dict[str, pa.Array] = {}
+    for name, values in arrays.items():
+        if isinstance(values, pa.Array):
+            out[name] = values
+            continue
+        typ = schema.ENTRIES.field(name).type
+        try:
+            out[name] = pa.array(values, typ, size=n)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type ({exc})") from None
+        if typ == pa.string():
+            _check_lengths(out[name], name, limits)
+        elif typ == schema.ENTRIES.field("input_dtypes").type:
+            _check_lengths(out[name].flatten(), name, limits)
+    return out, stacks
+
+
+_DIRECT_FIELDS = (
+    "record_id", "pg_id", "op_id", "profiling_name", "duration_ms", "input_dtypes", "output_dtypes", "state",
+    "time_discovered_started_ns", "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p",
+    "thread_id", "thread_name",
+)
+_RAW_FIELDS = _DIRECT_FIELDS + (
+    "input_sizes", "output_sizes", "seq_id", "p2p_seq_id", "time_created_ns", "time_created_us", "pg_name", "pg_desc",
+)
+_MAX_KNOWN = len(KNOWN_ENTRY_KEYS)
+
+
+def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
+    import pyarrow.compute as pc
+
+    if len(arr) and arr.null_count < len(arr):
+        longest = pc.max(pc.utf8_length(arr)).as_py()
+        if longest is not None and longest > limits.max_string:
+            raise DumpRejected("too_large", f"field '{name}' holds a string of {longest:,} characters")
+
+
+def _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits) -> int | None:
+    if type(frames) is not list or len(frames) > max_frames:
+        raise DumpRejected("bad_schema", f"entry {i}: 'frames' is not a list of at most {max_frames} frames")
+    budget.spend(len(frames) + 1, "frames")
+    try:
+        key = tuple((f.get("name"), f.get("filename"), f.get("line")) for f in frames)
+    except AttributeError:
+        raise DumpRejected("bad_schema", f"entry {i}: a frame is not a dict") from None
+    sid = keys_seen.get(key)
+    if sid is None:
+        for name, filename, line in key:
+            for text in (name, filename):
+                if text is not None and (type(text) is not str or len(text) > limits.max_string):
+                    raise DumpRejected("bad_schema", f"entry {i}: a frame's name or filename is not a short string")
+            if line is not None and type(line) is not int:
+                raise DumpRejected("bad_schema", f"entry {i}: a frame's line is not an integer")
+        sid = keys_seen[key] = stack_id(key)
+        stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
+    return sid
+
+
+def _names(profiling_names: list, limits: Limits):
+    """Split 'nccl:send 0->1' into backend, op, src and dst, once per distinct name."""
+    cache: dict[object, tuple] = {}
+    n = len(profiling_names)
+    backend, op, src, dst, p2p = ([None] * n for _ in range(5))
+    for i, name in enumerate(profiling_names):
+        parts = cache.get(name)
+        if parts is None:
+            parts = cache[name] = _split_name(name, limits)
+        backend[i], op[i], src[i], dst[i], p2p[i] = parts
+    return backend, op, src, dst, p2p
+
+
+def _split_name(name: object, limits: Limits) -> tuple:
+    if not isinstance(name, str) or len(name) > limits.max_string:
+        return (None, None, None, None, None)
+    m = _P2P_NAME.match(name)
+    if not m:
+        return (None, None, None, None, None)
+    op = m["op"]
+    src = int(m["src"]) if m["src"] is not None and abs(int(m["src"])) < 2**31 else None
+    dst = int(m["dst"]) if m["dst"] is not None and abs(int(m["dst"])) < 2**31 else None
+    return (m["backend"], op, src, dst, op in ("send", "recv", "isend", "irecv"))
+
+
+def _parse_ranks(raw: object) -> list[int] | None:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if isinstance(raw, (list, tuple)) and all(type(r) is int for r in raw):
+        return list(raw)
+    return None
+
+
+def _groups(pg_config: object, budget: _Budget, limits: Limits) -> list[dict]:
+    if not pg_config:
+        return []
+    if not isinstance(pg_config, dict):
+        raise DumpRejected("bad_schema", f"'pg_config' is a {type(pg_config).__name__}, not a dict")
+    budget.spend(len(pg_config), "pg_config")
+    groups = []
+    for key, value in pg_config.items():
+        if isinstance(value, dict):  # 2.1 and later: {name, desc, ranks: "[0, 1]"}
+            name, desc, raw = value.get("name", key), value.get("desc"), value.get("ranks")
+        else:  # 1.4: pg id -> list of ranks
+            name, desc, raw = key, None, value
+        if isinstance(raw, (list, tuple)):
+            budget.spend(len(raw), "pg_config")
+        elif isinstance(raw, str) and len(raw) > 16 * limits.max_string:
+            raise DumpRejected("too_large", "a pg_config rank list is too long")
+        ranks = _parse_ranks(raw)
+        if ranks is not None and len(ranks) >= 2**31:
+            ranks = None
+        groups.append(
+            {
+                "pg_name": _short_str(name, "pg_config name", limits),
+                "pg_desc": None if desc is None else _short_str(desc, "pg_config desc", limits),
+                "ranks": ranks,
+                "group_size": None if ranks is None else len(ranks),
+                "ranks_raw": None if raw is None or ranks is not None else bounded_json(raw, budget, limits),
+            }
+        )
+    return groups
+
+
+def _as_int(value: object) -> int | None:
+    if value is None or type(value) is bool:
+        return None
+    if type(value) is int:
+        return value
+    try:
+        return int(value)  # JSON dumps write pg_status values as strings
+    except (TypeError, ValueError):
+        return None
+
+
+def _pg_status(status: object, budget: _Budget, limits: Limits) -> list[dict]:
+    if not status:
+        return []
+    if not isinstance(status, dict):
+        raise DumpRejected("bad_schema", f"'pg_status' is a {type(status).__name__}, not a dict")
+    budget.spend(len(status), "pg_status")
+    rows = []
+    for key, value in status.items():
+        if not isinstance(value, dict):
+            raise DumpRejected("bad_schema", f"pg_status[{key!r}] is not a dict")
+        row = {"pg_id": _short_str(key, "pg_status key", limits)}
+        for name in _PG_STATUS_KEYS:
+            row[name] = _as_int(value.get(name))
+        rest = {k: v for k, v in value.items() if k not in _PG_STATUS_KEYS}
+        row["extra"] = bounded_json(rest, budget, limits) if rest else None
+        rows.append(row)
+    return rows
+
+
+def _stats(entries: dict[str, pa.Array]) -> dict[str, int | None]:
+    import pyarrow.compute as pc
+
+    rec = pc.min_max(entries["record_id"])
+    created = pc.min_max(entries["time_created_ns"])
+    return {
+        "first_record_id": rec["min"].as_py(),
+        "last_record_id": rec["max"].as_py(),
+        "first_time_created_ns": created["min"].as_py(),
+        "last_time_created_ns": created["max"].as_py(),
+    }

@@ -1,0 +1,296 @@
+"""The ingest run: scan, skip what is unchanged, parse in workers, publish.
+
+Commit protocol for each chunk of files (see also frlake/lake.py):
+1. a worker writes original bytes and staged Parquet files (invisible);
+2. the catalog records the Parquet files as ``pending``;
+3. the staged files are renamed into ``tables/``;
+4. one catalog transaction adds the dumps and files and marks the Parquet
+   files ``committed``: only now do queries see them.
+A crash between 2 and 4 leaves pending rows; the next run removes their files
+and rows before it starts, and then re-ingests those dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from frlake.catalog.store import Catalog, FileRecord, LakeFileSpec
+from frlake.config import Settings
+from frlake.errors import FrlakeError
+from frlake.ingest.identity import IdentityOptions, IdentityResolver
+from frlake.ingest.parse import Limits
+from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
+from frlake.ingest.worker import ChunkResult, StagedFile, WorkerContext, cleanup_staged, process_chunk, stacks_table
+from frlake.lake import Lake, new_part_name
+
+MAX_REPORTED_REJECTS = 1000
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    identity: IdentityOptions = IdentityOptions()
+    workers: int = 1
+    force: bool = False  # re-read files whose size and mtime did not change
+    limits: Limits = Limits()
+    chunk_files: int = 64
+    chunk_bytes: int = 256 << 20
+    archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
+
+
+@dataclass
+class IngestSummary:
+    run_id: int = 0
+    ingested: int = 0
+    already_present: int = 0
+    unchanged: int = 0
+    rejected: int = 0
+    entries: int = 0
+    input_bytes: int = 0
+    seconds: float = 0.0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    rejected_files: list[dict] = field(default_factory=list)
+    ingested_files: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+Progress = Callable[[int, int], None]
+
+
+def ingest(
+    paths: Iterable[str | Path],
+    settings: Settings,
+    options: IngestOptions = IngestOptions(),
+    progress: Progress | None = None,
+    *,
+    keep_file_list: bool = False,
+) -> IngestSummary:
+    """Ingest files, folders and tar archives into the lake. Idempotent."""
+    roots = [Path(p).expanduser().absolute() for p in paths]
+    IdentityResolver(options.identity)  # validate the layout before touching anything
+    lake = Lake(settings.lake)
+    lake.create()
+    catalog = Catalog(settings.db_url)
+    started = time.perf_counter()
+    summary = IngestSummary()
+    try:
+        with lake.write_lock():
+            recover(lake, catalog)
+            opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
+            summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
+            run = _Run(lake, catalog, options, summary, progress, keep_file_list)
+            try:
+                run.execute(roots)
+            except BaseException:
+                catalog.finish_run(summary.run_id, "failed", _counts(summary))
+                raise
+            catalog.finish_run(summary.run_id, "finished", _counts(summary))
+    finally:
+        catalog.close()
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def _counts(s: IngestSummary) -> dict[str, int]:
+    return {"ingested": s.ingested, "duplicate": s.already_present, "rejected": s.rejected, "unchanged": s.unchanged}
+
+
+def recover(lake: Lake, catalog: Catalog) -> int:
+    """Undo publications a crashed run left half-done; clear staging."""
+    pending = catalog.pending_lake_files()
+    for _, path in pending:
+        lake.remove(path)
+    catalog.drop_lake_files([i for i, _ in pending])
+    lake.clear_staging()
+    return len(pending)
+
+
+def known_stack_ids(lake: Lake, catalog: Catalog) -> set[int]:
+    files = [str(lake.root / p) for p in catalog.lake_files("stacks")]
+    ids: set[int] = set()
+    for f in files:
+        ids.update(pq.read_table(f, columns=["stack_id"]).column(0).to_pylist())
+    return ids
+
+
+class _Run:
+    def __init__(self, lake: Lake, catalog: Catalog, options: IngestOptions, summary: IngestSummary,
+                 progress: Progress | None, keep_file_list: bool):
+        self.lake, self.catalog, self.options, self.summary = lake, catalog, options, summary
+        self.progress = progress
+        self.keep_file_list = keep_file_list
+        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits)
+        self.known_stacks = known_stack_ids(lake, catalog)
+        self.batch = 0
+        self.files_done = 0
+        self.archives: list[FileRecord] = []
+        self.reasons: Counter[str] = Counter()
+
+    # -- scanning -------------------------------------------------------------
+    def execute(self, roots: list[Path]) -> None:
+        chunks = self._chunks(self._changed(self._sources(roots)))
+        workers = max(1, self.options.workers)
+        if workers == 1:
+            for chunk in chunks:
+                self.batch += 1
+                self._commit(process_chunk(self.ctx, self.batch, chunk))
+        else:
+            self._execute_parallel(chunks, workers)
+        if self.archives:
+            self.catalog.commit_batch(self.summary.run_id, [], [], self.archives)
+        self.summary.rejected_by_reason = dict(self.reasons)
+
+    def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
+        in_flight: set[Future] = set()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            try:
+                for chunk in chunks:
+                    self.batch += 1
+                    in_flight.add(pool.submit(process_chunk, self.ctx, self.batch, chunk))
+                    if len(in_flight) >= 2 * workers:
+                        done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                        for fut in done:
+                            self._commit(fut.result())
+                for fut in in_flight:
+                    self._commit(fut.result())
+            except BaseException:
+                for fut in in_flight:
+                    fut.cancel()
+                raise
+
+    def _sources(self, roots: list[Path]) -> Iterator[Source]:
+        for path, st in walk(roots):
+            if is_archive(path):
+                yield from self._archive(path, st)
+            else:
+                yield Source(str(path), st.st_size, st.st_mtime_ns)
+
+    def _archive(self, path: Path, st) -> Iterator[Source]:
+        key = str(path)
+        known = self.catalog.current_files([key]).get(key)
+        if known and not self.options.force and (known.size, known.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            self.summary.unchanged += 1
+            return
+        status, reason, detail = "archive", None, None
+        try:
+            yield from archive_members(path, self.options.archive)
+        except FrlakeError as exc:
+            status, reason, detail = "rejected", "bad_archive", str(exc)
+            self._count_reject(key, reason, detail)
+        self.archives.append(FileRecord(key, st.st_size, st.st_mtime_ns, None, status, reason, detail))
+
+    def _changed(self, sources: Iterator[Source]) -> Iterator[Source]:
+        """Drop files whose size and mtime match the catalog, without reading them."""
+        pending: list[Source] = []
+
+        def flush() -> Iterator[Source]:
+            known = {} if self.options.force else self.catalog.current_files([s.key for s in pending])
+            for s in pending:
+                k = known.get(s.key)
+                if k is not None and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
+                    self.summary.unchanged += 1
+                else:
+                    yield s
+            pending.clear()
+
+        for src in sources:
+            pending.append(src)
+            if len(pending) >= 1000 or src.data is not None:
+                yield from flush()
+        yield from flush()
+
+    def _chunks(self, sources: Iterator[Source]) -> Iterator[list[Source]]:
+        chunk: list[Source] = []
+        size = 0
+        for src in sources:
+            chunk.append(src)
+            size += src.size
+            if len(chunk) >= self.options.chunk_files or size >= self.options.chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+    # -- publishing -----------------------------------------------------------
+    def _commit(self, result: ChunkResult) -> None:
+        try:
+            self._drop_known(result)
+            new_stacks = {k: v for k, v in result.stacks.items() if k not in self.known_stacks}
+            if new_stacks:
+                table = stacks_table(new_stacks)
+                rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
+                staged, size = self.lake.stage_table(table, rel)
+                result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
+            specs = [LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes) for s in result.staged]
+            ids = self.catalog.add_pending(self.summary.run_id, specs) if specs else []
+            try:
+                for s in result.staged:
+                    self.lake.publish(Path(s.staged), s.rel_path)
+                self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files)
+            except BaseException:
+                for s in result.staged:
+                    self.lake.remove(s.rel_path)
+                self.catalog.drop_lake_files(ids)
+                raise
+            self.known_stacks.update(new_stacks)
+        finally:
+            cleanup_staged(result)
+        self._tally(result)
+
+    def _drop_known(self, result: ChunkResult) -> None:
+        """Bytes another chunk committed meanwhile are duplicates: take them out."""
+        known = self.catalog.known_dumps([d.sha256 for d in result.dumps])
+        if not known:
+            return
+        dropped = {d.dump_id for d in result.dumps if d.sha256 in known}
+        result.dumps = [d for d in result.dumps if d.sha256 not in known]
+        result.files = [
+            FileRecord(f.path, f.size, f.mtime_ns, f.sha256, "duplicate") if f.sha256 in known and f.status == "ingested" else f
+            for f in result.files
+        ]
+        kept = []
+        for s in result.staged:
+            table = pq.read_table(s.staged)
+            table = table.filter(pc.invert(pc.is_in(table["dump_id"], value_set=pc.array(list(dropped)))))
+            if table.num_rows:
+                restaged, size = self.lake.stage_table(table, s.rel_path)
+                Path(s.staged).unlink()
+                s.staged, s.rows, s.bytes = str(restaged), table.num_rows, size
+                kept.append(s)
+            else:
+                Path(s.staged).unlink()
+        result.staged = kept
+
+    def _tally(self, result: ChunkResult) -> None:
+        s = self.summary
+        for f in result.files:
+            if f.status == "ingested":
+                s.ingested += 1
+                if self.keep_file_list:
+                    s.ingested_files.append({"path": f.path, "job": f.job, "attempt": f.attempt, "host": f.host, "rank": f.rank})
+            elif f.status == "duplicate":
+                s.already_present += 1
+            else:
+                self._count_reject(f.path, f.reason, f.detail)
+        s.entries += sum(d.n_entries for d in result.dumps)
+        s.input_bytes += result.input_bytes
+        self.files_done += len(result.files)
+        if self.progress:
+            self.progress(self.files_done, s.input_bytes)
+
+    def _count_reject(self, path: str, reason: str | None, detail: str | None) -> None:
+        self.summary.rejected += 1
+        self.reasons[reason or "unknown"] += 1
+        if len(self.summary.rejected_files) < MAX_REPORTED_REJECTS:
+            self.summary.rejected_files.append({"path": path, "reason": reason, "detail": detail})

@@ -1,0 +1,201 @@
+"""Turn a chunk of candidate files into staged Parquet files and catalog records.
+
+Runs in worker processes (or in-process with one worker). It never makes
+anything visible: it writes original bytes (content-addressed, idempotent) and
+staged Parquet files; the parent publishes and commits (see pipeline.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from frlake import schema
+from frlake.catalog.store import Catalog, DumpRecord, FileRecord
+from frlake.errors import DumpRejected
+from frlake.ingest.identity import IdentityOptions, IdentityResolver
+from frlake.ingest.parse import Limits, ParsedDump, parse_dump
+from frlake.ingest.safeload import decode
+from frlake.ingest.sources import Source
+from frlake.lake import Lake, new_part_name
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    lake_root: str
+    db_url: str
+    run_id: int
+    identity: IdentityOptions
+    limits: Limits = Limits()
+
+
+@dataclass
+class StagedFile:
+    table: str
+    staged: str
+    rel_path: str
+    job: str | None
+    attempt: int | None
+    rows: int
+    bytes: int
+
+
+@dataclass
+class ChunkResult:
+    staged: list[StagedFile] = field(default_factory=list)
+    dumps: list[DumpRecord] = field(default_factory=list)
+    files: list[FileRecord] = field(default_factory=list)
+    stacks: dict[int, list[dict]] = field(default_factory=dict)
+    input_bytes: int = 0
+
+
+def dump_id_of(sha256: str) -> int:
+    """A stable 63-bit id for a dump, from its content."""
+    return int(sha256[:16], 16) >> 1
+
+
+_worker_state: dict[str, object] = {}
+
+
+def _catalog(ctx: WorkerContext) -> Catalog:
+    cat = _worker_state.get(ctx.db_url)
+    if cat is None:
+        cat = _worker_state[ctx.db_url] = Catalog(ctx.db_url, check=False)
+    return cat  # type: ignore[return-value]
+
+
+def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> ChunkResult:
+    lake = Lake(ctx.lake_root)
+    resolver = IdentityResolver(ctx.identity)
+    result = ChunkResult()
+    loaded: list[tuple[Source, bytes | None, str | None]] = []
+    for src in sources:
+        data, sha = _read(src, ctx.limits, result)
+        loaded.append((src, data, sha))
+    known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
+    now = datetime.now(timezone.utc)
+    per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
+    seen: set[str] = set()
+    for src, data, sha in loaded:
+        if data is None:
+            continue
+        if sha in known or sha in seen:
+            result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
+            continue
+        try:
+            obj, encoding = decode(data, ctx.limits.max_file_bytes)
+            parsed = parse_dump(obj, encoding, len(data), ctx.limits)
+            del obj
+            ident = resolver.resolve(src.key, parsed.identity)
+        except DumpRejected as exc:
+            result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", exc.reason, exc.message))
+            continue
+        seen.add(sha)
+        lake.store_raw(sha, data)
+        dump_id = dump_id_of(sha)
+        tables = per_partition.setdefault((ident.job, ident.attempt), {})
+        _add_tables(tables, parsed, dump_id, sha, ident, encoding, src, len(data), ctx.run_id, now)
+        result.stacks.update(parsed.stacks)
+        result.dumps.append(
+            DumpRecord(sha, dump_id, ident.job, ident.attempt, ident.rank, ident.host, parsed.version, encoding,
+                       len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
+                       parsed.stats["last_time_created_ns"])
+        )
+        result.files.append(
+            FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, ident.job, ident.attempt,
+                       ident.host, ident.rank)
+        )
+    for (job, attempt), tables in per_partition.items():
+        for name, parts in tables.items():
+            table = pa.concat_tables(parts)
+            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
+            staged, size = lake.stage_table(table, rel)
+            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
+    return result
+
+
+def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | None, str | None]:
+    if src.problem is not None:
+        result.files.append(FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", *src.problem))
+        return None, None
+    data = src.data
+    if data is None:
+        if src.size > limits.max_file_bytes:
+            result.files.append(
+                FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", "too_large",
+                           f"the file is {src.size:,} bytes, over the {limits.max_file_bytes:,}-byte limit")
+            )
+            return None, None
+        try:
+            with open(src.key, "rb") as f:
+                data = f.read(limits.max_file_bytes + 1)
+        except OSError as exc:
+            result.files.append(
+                FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", "unreadable", f"cannot read: {exc.strerror}")
+            )
+            return None, None
+    result.input_bytes += len(data)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _const(value, n: int, typ: pa.DataType) -> pa.Array:
+    return pa.array([value] * n, typ)
+
+
+def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source, size, run_id, now) -> None:
+    n = parsed.n_entries
+    columns = dict(parsed.entries)
+    columns["dump_id"] = _const(dump_id, n, pa.int64())
+    columns["rank"] = _const(ident.rank, n, pa.int32())
+    columns["host"] = _const(ident.host, n, pa.string())
+    tables.setdefault("entries", []).append(
+        pa.Table.from_arrays([columns[f.name] for f in schema.ENTRIES], schema=schema.ENTRIES)
+    )
+    ident_cols = {"dump_id": dump_id, "rank": ident.rank, "host": ident.host}
+    if parsed.groups:
+        rows = [{**ident_cols, **g} for g in parsed.groups]
+        tables.setdefault("groups", []).append(pa.Table.from_pylist(rows, schema=schema.GROUPS))
+    if parsed.pg_status:
+        rows = [{**ident_cols, **p} for p in parsed.pg_status]
+        tables.setdefault("pg_status", []).append(pa.Table.from_pylist(rows, schema=schema.PG_STATUS))
+    dump_row = {
+        **ident_cols,
+        "sha256": sha,
+        "fr_version": parsed.version,
+        "encoding": encoding,
+        "comm_lib_version": parsed.comm_lib_version,
+        "size_bytes": size,
+        "n_entries": n,
+        "n_groups": len(parsed.groups),
+        **parsed.stats,
+        "source_path": src.key,
+        "source_mtime_ns": src.mtime_ns,
+        "ingested_at": now,
+        "run_id": run_id,
+        "extra": parsed.extra,
+    }
+    tables.setdefault("dumps", []).append(pa.Table.from_pylist([dump_row], schema=schema.DUMPS))
+
+
+def stacks_table(stacks: dict[int, list[dict]]) -> pa.Table:
+    ids = sorted(stacks)
+    return pa.table(
+        {
+            "stack_id": pa.array(ids, pa.int64()),
+            "depth": pa.array([len(stacks[i]) for i in ids], pa.int32()),
+            "frames": pa.array([stacks[i] for i in ids], schema.STACKS.field("frames").type),
+        },
+        schema=schema.STACKS,
+    )
+
+
+def cleanup_staged(result: ChunkResult) -> None:
+    for s in result.staged:
+        try:
+            os.unlink(s.staged)
+        except FileNotFoundError:
+            pass

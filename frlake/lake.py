@@ -1,0 +1,148 @@
+"""The lake folder: original bytes, Parquet tables, staging and the write lock.
+
+Layout (docs/lake.md)::
+
+    LAKE/
+      catalog.db                    the SQLite catalog (embedded default)
+      raw/ab/abcd...ef.zst          original dump bytes, zstd, by sha256
+      tables/<table>/job=<j>/attempt=<n>/part-<run>-<batch>.parquet
+      tables/stacks/part-<run>-<batch>.parquet
+      .staging/                     files being written (never under tables/)
+      .lock                         held by the one ingest that writes
+
+Parquet files are written under ``.staging`` and renamed into ``tables``
+only after the catalog has recorded the intent (status ``pending``); they
+become visible to queries when the catalog commits them. A crash leaves
+either nothing visible or everything, and :func:`recover` removes the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from frlake.errors import FrlakeError, LakeLocked
+
+TABLES_DIR = "tables"
+RAW_DIR = "raw"
+STAGING_DIR = ".staging"
+LOCK_FILE = ".lock"
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
+
+
+def partition_value(value: object) -> str:
+    """Escape a job name or attempt for a Hive folder name (as Hive and Spark do)."""
+    return quote(str(value), safe="-_.~@+")
+
+
+def unescape_partition(text: str) -> str:
+    return unquote(text)
+
+
+class Lake:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def tables(self) -> Path:
+        return self.root / TABLES_DIR
+
+    @property
+    def staging(self) -> Path:
+        return self.root / STAGING_DIR
+
+    def create(self) -> None:
+        for sub in (TABLES_DIR, RAW_DIR, STAGING_DIR):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- raw bytes ----------------------------------------------------------
+    def raw_path(self, sha256: str) -> Path:
+        return self.root / RAW_DIR / sha256[:2] / f"{sha256}.zst"
+
+    def store_raw(self, sha256: str, data: bytes) -> int:
+        """Keep the original bytes, compressed, under their sha256. Idempotent."""
+        path = self.raw_path(sha256)
+        if path.exists():
+            return path.stat().st_size
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
+        tmp = self.staging / f"raw-{uuid.uuid4().hex}.tmp"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return len(blob)
+
+    def read_raw(self, sha256: str) -> bytes:
+        path = self.raw_path(sha256)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            raise FrlakeError(f"the lake has no original bytes for {sha256}") from None
+        return zstandard.ZstdDecompressor().decompress(blob)
+
+    # -- Parquet --------------------------------------------------------------
+    def part_path(self, table: str, name: str, job: str | None, attempt: int | None) -> str:
+        """The path of a table file relative to the lake root."""
+        parts = [TABLES_DIR, table]
+        if job is not None:
+            parts += [f"job={partition_value(job)}", f"attempt={partition_value(attempt)}"]
+        return "/".join(parts + [name])
+
+    def stage_table(self, table: pa.Table, rel_path: str) -> tuple[Path, int]:
+        """Write a Parquet file under .staging; returns (staged path, bytes)."""
+        staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, staged, row_group_size=256 * 1024, **PARQUET_OPTIONS)
+        with open(staged, "rb+") as f:
+            os.fsync(f.fileno())
+        return staged, staged.stat().st_size
+
+    def publish(self, staged: Path, rel_path: str) -> None:
+        final = self.root / rel_path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final)
+
+    def remove(self, rel_path: str) -> None:
+        try:
+            (self.root / rel_path).unlink()
+        except FileNotFoundError:
+            pass
+
+    def clear_staging(self) -> None:
+        if self.staging.exists():
+            shutil.rmtree(self.staging)
+        self.staging.mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def write_lock(self, wait: bool = True) -> Iterator[None]:
+        """One writer at a time per lake (flock on LAKE/.lock)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise LakeLocked(f"another frlake ingest is writing to {self.root}") from None
+                raise
+            yield
+        finally:
+            os.close(fd)
+
+
+def new_part_name(run_id: int, batch: int) -> str:
+    return f"part-{run_id:06d}-{batch:06d}-{uuid.uuid4().hex[:8]}.parquet"

@@ -1,0 +1,43 @@
+"""SQL over the lake: ``connect(lake)`` for Python, ``query(...)`` for untrusted SQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from frlake.catalog.store import Catalog
+from frlake.config import Settings
+from frlake.lake import Lake
+from frlake.query.sandbox import QueryLimits, QueryResult, lock_down, run_limited
+from frlake.query.views import create_views
+
+
+def connect(lake: str | Path | None = None, db_url: str | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view per lake table and catalog table.
+
+    With ``read_only=True`` the connection is locked down as for untrusted SQL
+    (no file access outside the lake's tables, no extensions)."""
+    settings = Settings.resolve(lake, db_url)
+    catalog = Catalog(settings.db_url)
+    try:
+        con = duckdb.connect(":memory:", config={"threads": 2})
+        lake_obj = Lake(settings.lake)
+        create_views(con, lake_obj, catalog)
+    finally:
+        catalog.close()
+    if read_only:
+        lock_down(con, [str(lake_obj.tables)])
+    return con
+
+
+def query(sql: str, settings: Settings, limits: QueryLimits = QueryLimits()) -> QueryResult:
+    """Run one untrusted read-only statement over the views."""
+    con = connect(settings.lake, settings.db_url, read_only=True)
+    try:
+        return run_limited(con, sql, limits)
+    finally:
+        con.close()
+
+
+__all__ = ["QueryLimits", "QueryResult", "connect", "query"]
