@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 from dataclasses import dataclass, field
+from itertools import chain
 
 import pyarrow as pa
 
@@ -199,7 +201,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     stacks: dict[int, list[dict]] = {}
     frames_seen: dict[int, int | None] = {}  # id(frames list) -> stack id; shared lists cost nothing twice
     keys_seen: dict[tuple, int] = {}
-    max_tensors, max_dims, max_frames = limits.max_tensors_per_entry, limits.max_dims, limits.max_frames
+    max_frames = limits.max_frames
     seq, p2p, created, created_us = cols["seq_id"], cols["p2p_seq_id"], cols["time_created_ns"], cols["time_created_us"]
     pg_name, pg_desc = cols["pg_name"], cols["pg_desc"]
     field_lists = [(name, cols[name]) for name in _DIRECT_FIELDS]
@@ -212,16 +214,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         for name, col in field_lists:
             col[i] = get(name)
         for name, col in sizes_lists:
-            sizes = get(name)
-            if sizes is not None:
-                if type(sizes) is not list or len(sizes) > max_tensors:
-                    raise DumpRejected("bad_schema", f"entry {i}: '{name}' is not a list of at most {max_tensors} tensors")
-                budget.spend(len(sizes), name)
-                for dims in sizes:
-                    if type(dims) is not list or len(dims) > max_dims:
-                        raise DumpRejected("bad_schema", f"entry {i}: '{name}' holds something that is not a tensor shape")
-                    budget.spend(len(dims), name)
-            col[i] = sizes
+            col[i] = get(name)
         s = get("collective_seq_id")
         seq[i] = get("seq_id") if s is None else s
         p2p[i] = get("p2p_seq_id")
@@ -248,13 +241,18 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
             if unknown:
                 extras[i] = bounded_json(unknown, budget, limits)
 
+    # Check every raw column's types before anything hashes, repr()s or converts it.
+    for name, allowed in _RAW_TYPES.items():
+        _check_scalars(cols[name], name, allowed)
+    _check_scalars(pg_name, "pg_name", _STR | _INT)
+    _check_scalars(pg_desc, "pg_desc", _STR)
     for i, us in enumerate(created_us):
         if us is not None:
-            if type(us) not in (int, float):
-                raise DumpRejected("bad_schema", f"entry {i}: 'time_created_us' is not a number")
             created[i] = int(us * 1000)
     if pg_name.count(None) == n:  # before torch 2.4 the group is only known by its pg_id
         pg_name = [None if p is None else str(p) for p in cols["pg_id"]]
+    elif any(type(p) is int for p in pg_name):
+        pg_name = [p if p is None or type(p) is str else str(p) for p in pg_name]
     if encoding == "json":  # JSON writes 0 where pickle writes None
         for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
             cols[name] = [None if v == 0 else v for v in cols[name]]
@@ -296,21 +294,83 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         "stack_id": stack_ids,
         "extra": extras,
     }
+    for name in ("input_sizes", "output_sizes"):
+        _check_sizes(arrays[name], name, budget, limits)
+    for name in ("input_dtypes", "output_dtypes"):
+        _check_string_lists(arrays[name], name, budget, limits)
     out: dict[str, pa.Array] = {}
     for name, values in arrays.items():
         if isinstance(values, pa.Array):
             out[name] = values
             continue
         typ = schema.ENTRIES.field(name).type
+
         try:
             out[name] = pa.array(values, typ, size=n)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type ({exc})") from None
         if typ == pa.string():
             _check_lengths(out[name], name, limits)
-        elif typ == schema.ENTRIES.field("input_dtypes").type:
-            _check_lengths(out[name].flatten(), name, limits)
     return out, stacks
+
+
+# Python types each scalar column may hold. Checked before Arrow converts a
+# column: Arrow's error message would repr() a wrong value, and the repr of a
+# memo bomb never ends.
+_INT, _NUM, _STR, _BOOL = {int}, {int, float}, {str}, {bool, int}
+_RAW_TYPES = {
+    "record_id": _INT, "pg_id": _INT, "seq_id": _INT, "p2p_seq_id": _INT, "op_id": _INT, "profiling_name": _STR,
+    "state": _STR, "time_created_ns": _INT, "time_created_us": _NUM, "time_discovered_started_ns": _INT,
+    "time_discovered_completed_ns": _INT, "duration_ms": _NUM, "retired": _BOOL, "timeout_ms": _INT,
+    "is_p2p": _BOOL, "thread_id": _STR | _INT, "thread_name": _STR,
+}
+_NONE = type(None)
+
+
+def _wrong_type(name: str, found: set[type]) -> DumpRejected:
+    names = ", ".join(sorted(t.__name__ for t in found))
+    return DumpRejected("bad_schema", f"field '{name}' holds a value of type {names}")
+
+
+def _check_scalars(values: list, name: str, allowed: set[type]) -> None:
+    found = set(map(type, values)) - allowed - {_NONE}
+    if found:
+        raise _wrong_type(name, found)
+
+
+def _check_sizes(values: list, name: str, budget: _Budget, limits: Limits) -> None:
+    """Tensor shapes: lists of lists of ints, bounded before Arrow expands them."""
+    shapes = [v for v in values if v is not None]
+    found = set(map(type, shapes)) - {list}
+    if found:
+        raise _wrong_type(name, found)
+    if shapes and max(map(len, shapes)) > limits.max_tensors_per_entry:
+        raise DumpRejected("bad_schema", f"field '{name}' lists more than {limits.max_tensors_per_entry} tensors")
+    budget.spend(sum(map(len, shapes)), name)
+    tensors = list(chain.from_iterable(shapes))
+    found = set(map(type, tensors)) - {list}
+    if found:
+        raise _wrong_type(name, found)
+    if tensors and max(map(len, tensors)) > limits.max_dims:
+        raise DumpRejected("bad_schema", f"field '{name}' has a tensor with more than {limits.max_dims} dimensions")
+    budget.spend(sum(map(len, tensors)), name)
+    found = set(map(type, chain.from_iterable(tensors))) - {int}
+    if found:
+        raise _wrong_type(name, found)
+
+
+def _check_string_lists(values: list, name: str, budget: _Budget, limits: Limits) -> None:
+    lists = [v for v in values if v is not None]
+    found = set(map(type, lists)) - {list}
+    if found:
+        raise _wrong_type(name, found)
+    budget.spend(sum(map(len, lists)), name)
+    items = list(chain.from_iterable(lists))
+    found = set(map(type, items)) - {str}
+    if found:
+        raise _wrong_type(name, found)
+    if items and max(map(len, items)) > limits.max_string:
+        raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
 
 
 _DIRECT_FIELDS = (
@@ -322,6 +382,7 @@ _RAW_FIELDS = _DIRECT_FIELDS + (
     "input_sizes", "output_sizes", "seq_id", "p2p_seq_id", "time_created_ns", "time_created_us", "pg_name", "pg_desc",
 )
 _MAX_KNOWN = len(KNOWN_ENTRY_KEYS)
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 
 
 def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
@@ -337,10 +398,15 @@ def _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits) -> i
     if type(frames) is not list or len(frames) > max_frames:
         raise DumpRejected("bad_schema", f"entry {i}: 'frames' is not a list of at most {max_frames} frames")
     budget.spend(len(frames) + 1, "frames")
+    if set(map(type, frames)) - {dict}:
+        raise DumpRejected("bad_schema", f"entry {i}: a frame is not a dict")
     try:
+        key = tuple(map(_FRAME_FIELDS, frames))
+    except KeyError:
         key = tuple((f.get("name"), f.get("filename"), f.get("line")) for f in frames)
-    except AttributeError:
-        raise DumpRejected("bad_schema", f"entry {i}: a frame is not a dict") from None
+    # Only str, int and None may be hashed: a tuple bomb would hash forever.
+    if set(map(type, chain.from_iterable(key))) - {str, int, _NONE}:
+        raise DumpRejected("bad_schema", f"entry {i}: a frame holds something other than a name, file and line")
     sid = keys_seen.get(key)
     if sid is None:
         for name, filename, line in key:

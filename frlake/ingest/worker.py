@@ -132,14 +132,21 @@ def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | Non
             return None, None
         try:
             with open(src.key, "rb") as f:
-                data = f.read(limits.max_file_bytes + 1)
+                data = f.read()  # the size was checked above; read() grows its buffer to what is there
         except OSError as exc:
             result.files.append(
                 FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", "unreadable", f"cannot read: {exc.strerror}")
             )
             return None, None
     result.input_bytes += len(data)
-    return data, hashlib.sha256(data).hexdigest()
+    sha = hashlib.sha256(data).hexdigest()
+    if len(data) > limits.max_file_bytes:  # it grew while we read it
+        result.files.append(
+            FileRecord(src.key, len(data), src.mtime_ns, sha, "rejected", "too_large",
+                       f"the file is {len(data):,} bytes, over the {limits.max_file_bytes:,}-byte limit")
+        )
+        return None, None
+    return data, sha
 
 
 def _const(value, n: int, typ: pa.DataType) -> pa.Array:

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from frlake.config import Settings
+from frlake.ingest import IngestOptions, ingest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus" / "visible"
+TRUTH = ROOT.parent / "shared" / "corpus" / "visible_truth.json"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def load_trusted(path: Path):
+    """Read a dump we made or PyTorch wrote, for expected values in tests only."""
+    data = path.read_bytes()
+    if data[:1] == b"{":
+        return json.loads(data)
+    return pickle.loads(data)  # trusted test input, never product code
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        pytest.fail(f"the shared corpus is missing at {CORPUS}")
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def truth() -> list[dict]:
+    return json.loads(TRUTH.read_text())
+
+
+@pytest.fixture(scope="session")
+def corpus_lake(tmp_path_factory, corpus) -> Settings:
+    """The whole visible corpus ingested once into an embedded lake."""
+    settings = Settings.resolve(tmp_path_factory.mktemp("corpus-lake"))
+    summary = ingest([corpus], settings, IngestOptions(workers=2))
+    assert summary.rejected == 0, summary.rejected_files
+    return settings
+
+
+@pytest.fixture
+def lake(tmp_path) -> Settings:
+    return Settings.resolve(tmp_path / "lake")
+
+
+def _pg_url() -> str | None:
+    return os.environ.get("FRLAKE_TEST_PG_URL")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty PostgreSQL database for one test (dropped afterwards)."""
+    base = _pg_url()
+    if not base:
+        if os.environ.get("FRLAKE_REQUIRE_PG"):
+            pytest.fail("FRLAKE_TEST_PG_URL is not set but FRLAKE_REQUIRE_PG is")
+        pytest.skip("no PostgreSQL: set FRLAKE_TEST_PG_URL (see .ci/run)")
+    name = f"frlake_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = base.rsplit("/", 1)[0] + "/" + name
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request, tmp_path):
+    """Settings for a fresh lake whose catalog is SQLite or PostgreSQL."""
+    if request.param == "sqlite":
+        return Settings.resolve(tmp_path / "lake")
+    url = request.getfixturevalue("pg_url")
+    return Settings.resolve(tmp_path / "lake", url)
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst

@@ -1,0 +1,142 @@
+"""Untrusted input: hostile pickles never run code or exhaust memory, and
+broken files are set aside with a specific reason."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import frlake
+from frlake.catalog.store import Catalog
+from frlake.errors import DumpRejected
+from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest.parse import parse_dump
+from frlake.ingest.safeload import decode
+from tests.conftest import FIXTURES
+
+BAD = FIXTURES / "bad"
+MARKER = Path("/tmp/frlake-pwned-marker")
+EXPECTED_REASONS = {
+    "rce_reduce.pkl": "unsafe_pickle",
+    "rce_eval.pkl": "unsafe_pickle",
+    "global_only.pkl": "unsafe_pickle",
+    "memo_bomb.pkl": "bad_schema",
+    "size_bomb.pkl": "truncated",
+    "deep_nesting.pkl": "bad_schema",
+    "truncated": "truncated",
+    "empty": "empty",
+    "not_fr.pkl": "not_flight_recorder",
+    "not_fr.json": "not_flight_recorder",
+    "garbage.bin": "unknown_encoding",
+    "bad_schema.pkl": "bad_schema",
+}
+
+
+def _read(data: bytes):
+    obj, encoding = decode(data, 1 << 30)
+    return parse_dump(obj, encoding, len(data))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_REASONS))
+def test_each_bad_file_is_refused_with_its_reason(name):
+    MARKER.unlink(missing_ok=True)
+    with pytest.raises(DumpRejected) as info:
+        _read((BAD / name).read_bytes())
+    assert info.value.reason == EXPECTED_REASONS[name]
+    assert info.value.message
+    assert not MARKER.exists()
+
+
+def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, corpus):
+    """Ingest in a subprocess with a hard memory cap: a bomb that expanded
+    would kill it; code that ran would leave the marker file."""
+    MARKER.unlink(missing_ok=True)
+    tree = tmp_path / "nfs" / "job-x" / "attempt-0" / "host-a"
+    tree.mkdir(parents=True)
+    for i, name in enumerate(sorted(EXPECTED_REASONS)):
+        shutil.copy(BAD / name, tree / f"rank_{i + 10}")
+    shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_1", tree / "rank_1")
+    lake = tmp_path / "lake"
+    code = (
+        "import resource, sys, json\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))\n"
+        "from frlake.config import Settings\n"
+        "from frlake.ingest import ingest\n"
+        f"s = ingest([{str(tmp_path / 'nfs')!r}], Settings.resolve({str(lake)!r}))\n"
+        "print(json.dumps(s.to_dict()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert not MARKER.exists()
+    assert summary["ingested"] == 1
+    assert summary["rejected"] == len(EXPECTED_REASONS)
+    catalog = Catalog(f"sqlite:///{lake / 'catalog.db'}")
+    reasons = {Path(f.path).name: f.reason for f in catalog.files(status="rejected")}
+    catalog.close()
+    expected = {f"rank_{i + 10}": reason for i, reason in enumerate(EXPECTED_REASONS[n] for n in sorted(EXPECTED_REASONS))}
+    assert reasons == expected
+
+
+def _entry(**overrides):
+    base = {"record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1,
+            "p2p_seq_id": 0, "op_id": 1, "profiling_name": "nccl:all_reduce", "time_created_ns": 10,
+            "input_sizes": [[4]], "output_sizes": [[4]], "input_dtypes": ["Float"], "output_dtypes": ["Float"],
+            "state": "completed", "retired": True, "is_p2p": False, "frames": []}
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        ({"record_id": "zero"}, "bad_schema"),
+        ({"input_sizes": [[1, "2"]]}, "bad_schema"),
+        ({"input_sizes": [["x", 10**12]]}, "bad_schema"),
+        ({"frames": [{"name": ["a"], "filename": "f", "line": 1}]}, "bad_schema"),
+        ({"process_group": ("0",)}, "bad_schema"),
+        ({"profiling_name": "x" * 70_000}, "too_large"),
+    ],
+)
+def test_fields_of_the_wrong_shape_are_refused(overrides, reason):
+    data = pickle.dumps({"version": "2.10", "entries": [_entry(**overrides)]})
+    with pytest.raises(DumpRejected) as info:
+        _read(data)
+    assert info.value.reason == reason
+
+
+def test_shared_references_cannot_blow_up_a_field():
+    big = list(range(60))
+    shared = [big] * 100_000  # tiny as a pickle (memo references), 6M ints expanded
+    data = pickle.dumps({"version": "2.10", "entries": [_entry(input_sizes=[big] * 60, extra_field=shared)]})
+    assert len(data) < 1_000_000
+    with pytest.raises(DumpRejected) as info:
+        _read(data)
+    assert info.value.reason == "too_many_nodes"
+
+
+def test_deep_json_is_refused():
+    data = b'{"version": "2.10", "entries": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+    with pytest.raises(DumpRejected) as info:
+        _read(data)
+    assert info.value.reason in ("too_deep", "bad_schema")
+
+
+def test_encoding_comes_from_content_not_name(tmp_path, corpus):
+    src = corpus / "job-f70c5d/attempt-2/gpu-b04/rank_2.json"
+    tree = tmp_path / "job-f/attempt-0/h"
+    tree.mkdir(parents=True)
+    shutil.copy(src, tree / "rank_2.pkl")  # JSON bytes under a pickle-ish name
+    shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_1", tree / "rank_1.json")  # and the reverse
+    settings = frlake.config.Settings.resolve(tmp_path / "lake")
+    summary = ingest([tmp_path / "job-f"], settings)
+    assert summary.ingested == 2
+    con = frlake.connect(settings.lake)
+    assert dict(con.execute("SELECT rank, encoding FROM dumps").fetchall()) == {2: "json", 1: "pickle"}
