@@ -24,6 +24,7 @@ def ingest_command(
     hosts: Annotated[str | None, typer.Option("--hosts", help="CSV file of 'rank,host' lines.")] = None,
     workers: Annotated[int, typer.Option(help="Parser processes.", min=1)] = min(4, os.cpu_count() or 1),
     force: Annotated[bool, typer.Option(help="Re-read files even when size and mtime are unchanged.")] = False,
+    batch_files: Annotated[int, typer.Option(help="Files per commit to the lake.", min=1)] = 32,
     fmt: FormatOpt = Format.table,
     quiet: QuietOpt = False,
     lake: LakeOpt = None,
@@ -35,7 +36,7 @@ def ingest_command(
     with user_errors():
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)
-        options = IngestOptions(identity=identity, workers=workers, force=force)
+        options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files)
         cfg = settings(ctx, lake, db_url)
         if quiet or fmt is not Format.table:
             summary = ingest(paths, cfg, options)

@@ -32,3 +32,7 @@ app.add_typer(db.app, name="db")
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ import json
 import operator
 import re
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
 
 import pyarrow as pa
 
@@ -195,64 +195,28 @@ def _identity(top: dict, limits: Limits) -> dict[str, object]:
 
 def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     n = len(raw)
-    cols: dict[str, list] = {name: [None] * n for name in _RAW_FIELDS}
-    stack_ids: list[int | None] = [None] * n
+    found = set(map(type, raw)) - {dict}
+    if found:
+        raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
+    # One C-speed pass pulls every known field out of every entry; columns are
+    # then checked and converted whole.
+    cols: dict[str, list] = {name: list(map(dict.get, raw, repeat(name))) for name in _FIELDS}
     extras: list[str | None] = [None] * n
-    stacks: dict[int, list[dict]] = {}
-    frames_seen: dict[int, int | None] = {}  # id(frames list) -> stack id; shared lists cost nothing twice
-    keys_seen: dict[tuple, int] = {}
-    max_frames = limits.max_frames
-    seq, p2p, created, created_us = cols["seq_id"], cols["p2p_seq_id"], cols["time_created_ns"], cols["time_created_us"]
-    pg_name, pg_desc = cols["pg_name"], cols["pg_desc"]
-    field_lists = [(name, cols[name]) for name in _DIRECT_FIELDS]
-    sizes_lists = [(name, cols[name]) for name in ("input_sizes", "output_sizes")]
-
     for i, e in enumerate(raw):
-        if type(e) is not dict:
-            raise DumpRejected("bad_schema", f"entry {i} is a {type(e).__name__}, not a dict")
-        get = e.get
-        for name, col in field_lists:
-            col[i] = get(name)
-        for name, col in sizes_lists:
-            col[i] = get(name)
-        s = get("collective_seq_id")
-        seq[i] = get("seq_id") if s is None else s
-        p2p[i] = get("p2p_seq_id")
-        t = get("time_created_ns")
-        if t is None:
-            us = get("time_created_us")
-            if us is not None:
-                created_us[i] = us
-        created[i] = t
-        group = get("process_group")
-        if group is not None:
-            if type(group) not in (tuple, list) or len(group) != 2:
-                raise DumpRejected("bad_schema", f"entry {i}: 'process_group' is not a (name, desc) pair")
-            pg_name[i], pg_desc[i] = group
-        frames = get("frames")
-        if frames is not None:
-            key = id(frames)
-            if key in frames_seen:
-                stack_ids[i] = frames_seen[key]
-            else:
-                stack_ids[i] = frames_seen[key] = _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits)
-        if len(e) > _MAX_KNOWN or not e.keys() <= KNOWN_ENTRY_KEYS:
-            unknown = {k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}
-            if unknown:
-                extras[i] = bounded_json(unknown, budget, limits)
+        if not e.keys() <= KNOWN_ENTRY_KEYS:
+            extras[i] = bounded_json({k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}, budget, limits)
 
     # Check every raw column's types before anything hashes, repr()s or converts it.
     for name, allowed in _RAW_TYPES.items():
         _check_scalars(cols[name], name, allowed)
-    _check_scalars(pg_name, "pg_name", _STR | _INT)
-    _check_scalars(pg_desc, "pg_desc", _STR)
-    for i, us in enumerate(created_us):
-        if us is not None:
-            created[i] = int(us * 1000)
-    if pg_name.count(None) == n:  # before torch 2.4 the group is only known by its pg_id
-        pg_name = [None if p is None else str(p) for p in cols["pg_id"]]
-    elif any(type(p) is int for p in pg_name):
-        pg_name = [p if p is None or type(p) is str else str(p) for p in pg_name]
+    seq = cols["collective_seq_id"]
+    if seq.count(None) == n:  # before torch 2.4: one seq_id for collectives and p2p
+        seq = cols["seq_id"]
+    created = cols["time_created_ns"]
+    if created.count(None) == n and cols["time_created_us"].count(None) < n:
+        created = [None if us is None else int(us * 1000) for us in cols["time_created_us"]]
+    pg_name, pg_desc = _process_groups(cols["process_group"], cols["pg_id"])
+    stack_ids, stacks = _stacks(cols["frames"], budget, limits)
     if encoding == "json":  # JSON writes 0 where pickle writes None
         for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
             cols[name] = [None if v == 0 else v for v in cols[name]]
@@ -261,7 +225,9 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     is_p2p = cols["is_p2p"]
     if is_p2p.count(None) == n:
         is_p2p = derived_p2p
-    thread_id = [None if v is None else str(v) for v in cols["thread_id"]]
+    thread_id = cols["thread_id"]
+    if any(type(v) is int for v in thread_id):
+        thread_id = [v if v is None or type(v) is str else str(v) for v in thread_id]
 
     arrays = {
         "entry_index": pa.array(range(n), pa.int32()),
@@ -270,7 +236,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         "pg_name": pg_name,
         "pg_desc": pg_desc,
         "collective_seq_id": seq,
-        "p2p_seq_id": p2p,
+        "p2p_seq_id": cols["p2p_seq_id"],
         "op_id": cols["op_id"],
         "profiling_name": cols["profiling_name"],
         "backend": backend,
@@ -319,7 +285,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
 # memo bomb never ends.
 _INT, _NUM, _STR, _BOOL = {int}, {int, float}, {str}, {bool, int}
 _RAW_TYPES = {
-    "record_id": _INT, "pg_id": _INT, "seq_id": _INT, "p2p_seq_id": _INT, "op_id": _INT, "profiling_name": _STR,
+    "record_id": _INT, "pg_id": _INT, "seq_id": _INT, "collective_seq_id": _INT, "p2p_seq_id": _INT, "op_id": _INT, "profiling_name": _STR,
     "state": _STR, "time_created_ns": _INT, "time_created_us": _NUM, "time_discovered_started_ns": _INT,
     "time_discovered_completed_ns": _INT, "duration_ms": _NUM, "retired": _BOOL, "timeout_ms": _INT,
     "is_p2p": _BOOL, "thread_id": _STR | _INT, "thread_name": _STR,
@@ -373,15 +339,7 @@ def _check_string_lists(values: list, name: str, budget: _Budget, limits: Limits
         raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
 
 
-_DIRECT_FIELDS = (
-    "record_id", "pg_id", "op_id", "profiling_name", "duration_ms", "input_dtypes", "output_dtypes", "state",
-    "time_discovered_started_ns", "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p",
-    "thread_id", "thread_name",
-)
-_RAW_FIELDS = _DIRECT_FIELDS + (
-    "input_sizes", "output_sizes", "seq_id", "p2p_seq_id", "time_created_ns", "time_created_us", "pg_name", "pg_desc",
-)
-_MAX_KNOWN = len(KNOWN_ENTRY_KEYS)
+_FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 
 
@@ -394,10 +352,51 @@ def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
             raise DumpRejected("too_large", f"field '{name}' holds a string of {longest:,} characters")
 
 
-def _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits) -> int | None:
-    if type(frames) is not list or len(frames) > max_frames:
-        raise DumpRejected("bad_schema", f"entry {i}: 'frames' is not a list of at most {max_frames} frames")
-    budget.spend(len(frames) + 1, "frames")
+def _process_groups(groups: list, pg_ids: list) -> tuple[list, list]:
+    """Split (name, desc) pairs; before torch 2.4 only the pg_id names a group."""
+    if groups.count(None) == len(groups):
+        return [None if p is None else str(p) for p in pg_ids], [None] * len(groups)
+    found = set(map(type, groups)) - {tuple, list, _NONE}
+    if found or any(g is not None and len(g) != 2 for g in groups):
+        raise DumpRejected("bad_schema", "'process_group' is not a (name, desc) pair")
+    names = [None if g is None else g[0] for g in groups]
+    descs = [None if g is None else g[1] for g in groups]
+    _check_scalars(names, "process_group name", _STR | _INT)
+    _check_scalars(descs, "process_group desc", _STR)
+    if any(type(v) is int for v in names):
+        names = [v if v is None or type(v) is str else str(v) for v in names]
+    return names, descs
+
+
+def _stacks(frames_col: list, budget: _Budget, limits: Limits) -> tuple[list, dict[int, list[dict]]]:
+    """Give each entry the id of its stack and keep each distinct stack once.
+
+    torch's pickler shares frame dicts between entries, so a stack is first
+    looked up by the identities of its frame objects (cheap), then by content.
+    """
+    stack_ids: list[int | None] = [None] * len(frames_col)
+    stacks: dict[int, list[dict]] = {}
+    by_list: dict[int, int] = {}
+    by_frame_ids: dict[tuple, int] = {}
+    by_content: dict[tuple, int] = {}
+    for i, frames in enumerate(frames_col):
+        if frames is None:
+            continue
+        sid = by_list.get(id(frames))
+        if sid is None:
+            if type(frames) is not list or len(frames) > limits.max_frames:
+                raise DumpRejected("bad_schema", f"entry {i}: 'frames' is not a list of at most {limits.max_frames} frames")
+            budget.spend(len(frames) + 1, "frames")
+            ids = tuple(map(id, frames))
+            sid = by_frame_ids.get(ids)
+            if sid is None:
+                sid = by_frame_ids[ids] = _intern_stack(frames, i, by_content, stacks, limits)
+            by_list[id(frames)] = sid
+        stack_ids[i] = sid
+    return stack_ids, stacks
+
+
+def _intern_stack(frames: list, i: int, by_content: dict, stacks: dict, limits: Limits) -> int:
     if set(map(type, frames)) - {dict}:
         raise DumpRejected("bad_schema", f"entry {i}: a frame is not a dict")
     try:
@@ -407,7 +406,7 @@ def _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits) -> i
     # Only str, int and None may be hashed: a tuple bomb would hash forever.
     if set(map(type, chain.from_iterable(key))) - {str, int, _NONE}:
         raise DumpRejected("bad_schema", f"entry {i}: a frame holds something other than a name, file and line")
-    sid = keys_seen.get(key)
+    sid = by_content.get(key)
     if sid is None:
         for name, filename, line in key:
             for text in (name, filename):
@@ -415,7 +414,7 @@ def _intern_stack(frames, i, keys_seen, stacks, budget, max_frames, limits) -> i
                     raise DumpRejected("bad_schema", f"entry {i}: a frame's name or filename is not a short string")
             if line is not None and type(line) is not int:
                 raise DumpRejected("bad_schema", f"entry {i}: a frame's line is not an integer")
-        sid = keys_seen[key] = stack_id(key)
+        sid = by_content[key] = stack_id(key)
         stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
     return sid
 

@@ -21,6 +21,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -42,7 +43,7 @@ class IngestOptions:
     workers: int = 1
     force: bool = False  # re-read files whose size and mtime did not change
     limits: Limits = Limits()
-    chunk_files: int = 64
+    chunk_files: int = 32
     chunk_bytes: int = 256 << 20
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
 
@@ -262,7 +263,7 @@ class _Run:
         kept = []
         for s in result.staged:
             table = pq.read_table(s.staged)
-            table = table.filter(pc.invert(pc.is_in(table["dump_id"], value_set=pc.array(list(dropped)))))
+            table = table.filter(pc.invert(pc.is_in(table["dump_id"], value_set=pa.array(list(dropped), pa.int64()))))
             if table.num_rows:
                 restaged, size = self.lake.stage_table(table, s.rel_path)
                 Path(s.staged).unlink()

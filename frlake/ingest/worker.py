@@ -7,10 +7,13 @@ staged Parquet files; the parent publishes and commits (see pipeline.py).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Iterator
 
 import pyarrow as pa
 
@@ -53,6 +56,25 @@ class ChunkResult:
     input_bytes: int = 0
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a dump is decoded.
+
+    Unpickling allocates hundreds of thousands of containers, and CPython's
+    collector would walk them again and again (two thirds of plain
+    ``pickle.load``'s time on a 2,000-entry dump). A dump holds no reference
+    cycles worth collecting; whatever a hostile one makes is collected when
+    the collector resumes.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def dump_id_of(sha256: str) -> int:
     """A stable 63-bit id for a dump, from its content."""
     return int(sha256[:16], 16) >> 1
@@ -87,9 +109,10 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
             continue
         try:
-            obj, encoding = decode(data, ctx.limits.max_file_bytes)
-            parsed = parse_dump(obj, encoding, len(data), ctx.limits)
-            del obj
+            with gc_paused():
+                obj, encoding = decode(data, ctx.limits.max_file_bytes)
+                parsed = parse_dump(obj, encoding, len(data), ctx.limits)
+                del obj
             ident = resolver.resolve(src.key, parsed.identity)
         except DumpRejected as exc:
             result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", exc.reason, exc.message))

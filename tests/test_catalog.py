@@ -1,0 +1,68 @@
+"""The catalog on SQLite and on a real PostgreSQL: migrations, not create_all."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+import frlake
+from frlake.catalog import db
+from frlake.catalog.models import Base
+from frlake.catalog.store import Catalog
+from frlake.errors import StaleCatalog
+from frlake.ingest import IngestOptions, ingest
+
+
+def _db_url(any_db):
+    return any_db.db_url
+
+
+def test_upgrade_from_base_matches_the_models(any_db):
+    engine = db.make_engine(any_db.db_url)
+    db.upgrade(engine)
+    assert db.current_revision(engine) == db.head_revision()
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []
+    engine.dispose()
+
+
+def test_downgrade_to_base_removes_everything(any_db):
+    engine = db.make_engine(any_db.db_url)
+    db.upgrade(engine)
+    db.downgrade(engine, "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    db.upgrade(engine)
+    assert "files" in inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_stale_catalog_is_refused_with_the_fixing_command(any_db):
+    engine = db.make_engine(any_db.db_url)
+    db.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0000_older'"))
+    with pytest.raises(StaleCatalog) as info:
+        Catalog(any_db.db_url)
+    assert "frlake --db-url" in str(info.value) and "db upgrade" in str(info.value)
+    engine.dispose()
+
+
+def test_ingest_and_query_on_each_backend(any_db, corpus):
+    summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db, IngestOptions(workers=2))
+    assert summary.ingested == 4 + 24 and summary.rejected == 0
+    again = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db)
+    assert again.ingested == 0 and again.unchanged == 28
+    catalog = Catalog(any_db.db_url)
+    attempts = catalog.attempts()
+    assert [(a.job, a.attempt, a.n_dumps) for a in attempts] == [
+        ("job-223715", 0, 4), ("job-f70c5d", 0, 8), ("job-f70c5d", 1, 8), ("job-f70c5d", 2, 8)]
+    assert attempts[0].hosts == ("gpu-b03", "gpu-c04")
+    assert len(catalog.files()) == 28
+    catalog.close()
+    con = frlake.connect(any_db.lake, any_db.db_url)
+    assert con.execute("SELECT count(*) FROM attempts").fetchone()[0] == 4
+    assert con.execute("SELECT sum(n_dumps) FROM attempts").fetchone()[0] == 28
+    assert con.execute("SELECT count(*) FROM files WHERE status = 'ingested'").fetchone()[0] == 28
