@@ -53,7 +53,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except FrlakeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 

@@ -1,0 +1,102 @@
+"""Archives, identity sources and the duplicate path of parallel ingest."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+
+import pytest
+
+import frlake
+from frlake.config import Settings
+from frlake.errors import FrlakeError
+from frlake.ingest import IdentityOptions, IngestOptions, Layout, ingest, load_hosts
+from tests.conftest import FIXTURES
+
+
+def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus):
+    archive = tmp_path / "dumps.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(corpus / "job-223715", arcname="job-223715")
+        link = tarfile.TarInfo("job-223715/attempt-0/gpu-b03/rank_9")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    settings = Settings.resolve(tmp_path / "lake")
+    summary = ingest([archive], settings)
+    assert (summary.ingested, summary.rejected) == (4, 1)
+    assert summary.rejected_files[0]["reason"] == "unsafe_archive_member"
+    con = frlake.connect(settings.lake)
+    assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [
+        (0, "gpu-b03"), (1, "gpu-b03"), (2, "gpu-c04"), (3, "gpu-c04")]
+    assert con.execute("SELECT count(*) FROM dumps WHERE source_path LIKE '%dumps.tar.gz::job-223715/%'").fetchone()[0] == 4
+    again = ingest([archive], settings)
+    assert (again.ingested, again.unchanged) == (0, 1)
+
+
+def test_corrupt_archive_is_rejected_and_does_not_stop_the_run(tmp_path, corpus):
+    bad = tmp_path / "in" / "broken.tar.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + b"not really gzip" * 10)
+    shutil.copytree(corpus / "job-223715", tmp_path / "in" / "job-223715")
+    summary = ingest([tmp_path / "in"], Settings.resolve(tmp_path / "lake"))
+    assert summary.ingested == 4
+    assert summary.rejected_by_reason == {"bad_archive": 1}
+
+
+def test_layout_placeholders_and_suffixes():
+    layout = Layout("{*}/{job}/run{attempt}/{host}/trace_rank_{rank}")
+    assert layout.match("/nfs/x/train-7/run3/node-1/trace_rank_12.pkl") == {
+        "job": "train-7", "attempt": "3", "host": "node-1", "rank": "12"}
+    assert layout.match("/nfs/x/train-7/run3/node-1/other_12") == {}
+    with pytest.raises(FrlakeError):
+        Layout("{job}/{nope}")
+
+
+def test_hosts_file_and_trailing_digits_name_host_and_rank(tmp_path, corpus):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for rank, host in ((0, "gpu-b03"), (2, "gpu-c04")):
+        shutil.copy(corpus / f"job-223715/attempt-0/{host}/rank_{rank}", flat / f"nccl_trace_rank_{rank}")
+    hosts = tmp_path / "hosts.csv"
+    hosts.write_text("rank,host\n0,node-a\n2,node-c\n")
+    assert load_hosts(hosts) == {0: "node-a", 2: "node-c"}
+    settings = Settings.resolve(tmp_path / "lake")
+    options = IngestOptions(identity=IdentityOptions(job="j", attempt=1, hosts=load_hosts(hosts)))
+    summary = ingest([flat], settings, options)
+    assert summary.ingested == 2
+    con = frlake.connect(settings.lake)
+    assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [(0, "node-a"), (2, "node-c")]
+
+
+def test_unknown_identity_is_rejected_not_guessed(tmp_path, corpus):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_0", flat / "dump")
+    summary = ingest([flat], Settings.resolve(tmp_path / "lake"))
+    assert summary.rejected == 1 and summary.rejected_files[0]["reason"] == "unknown_identity"
+    assert "job" in summary.rejected_files[0]["detail"] and "--job" in summary.rejected_files[0]["detail"]
+
+
+def test_self_describing_dump_names_itself(tmp_path):
+    folder = FIXTURES / "formats" / "self_describing"
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([folder], settings).ingested == 2
+    con = frlake.connect(settings.lake)
+    assert sorted(con.execute("SELECT job, attempt, host, rank FROM dumps").fetchall()) == [
+        ("fmt-self_describing", 0, "host-a", 0), ("fmt-self_describing", 0, "host-b", 1)]
+
+
+def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus):
+    tree = tmp_path / "nfs"
+    for n in range(4):  # four copies of one attempt, racing in two workers
+        shutil.copytree(corpus / "job-f70c5d/attempt-0", tree / "job-f70c5d" / f"attempt-{n}")
+    settings = Settings.resolve(tmp_path / "lake")
+    summary = ingest([tree], settings, IngestOptions(workers=2, chunk_files=2))
+    assert summary.ingested + summary.already_present == 32
+    assert summary.ingested == 8
+    con = frlake.connect(settings.lake)
+    assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM dumps").fetchone() == (8, 8)
+    per_dump = con.execute("SELECT count(DISTINCT dump_id) FROM entries").fetchone()[0]
+    assert per_dump == 8
+    assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == summary.entries
