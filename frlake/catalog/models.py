@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -113,3 +113,36 @@ class LakeFile(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
     status: Mapped[str] = mapped_column(String(16))  # pending | committed
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class IncidentRow(Base):
+    """The current diagnosis of one attempt (replaced when it is recomputed)."""
+
+    __tablename__ = "incidents"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), unique=True)
+    verdict: Mapped[str] = mapped_column(String(16), index=True)
+    summary: Mapped[str] = mapped_column(Text)
+    world_size: Mapped[int] = mapped_column(Integer)
+    n_dumps: Mapped[int] = mapped_column(Integer)
+    algorithm_version: Mapped[int] = mapped_column(Integer)
+    diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    report: Mapped[str] = mapped_column(Text)  # the full diagnosis as JSON
+
+
+class CulpritRow(Base):
+    __tablename__ = "culprits"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # 0 is the root cause
+    rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(512), index=True)
+    reason: Mapped[str] = mapped_column(String(32))
+    role: Mapped[str] = mapped_column(String(16))
+    pg: Mapped[str | None] = mapped_column(String(512))
+    pg_desc: Mapped[str | None] = mapped_column(String(512))
+    seq: Mapped[int | None] = mapped_column(BigInteger)
+    op: Mapped[str | None] = mapped_column(String(64))
+    lateness_ms: Mapped[float | None] = mapped_column(Float)
+    stack_signature: Mapped[str | None] = mapped_column(String(64))
+    top_frame: Mapped[str | None] = mapped_column(Text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -11,7 +12,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
-from frlake.catalog.models import Attempt, Dump, IngestRun, Job, LakeFile, SourceFile
+from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, SourceFile
 
 _CHUNK = 500  # bound on IN (...) lists
 
@@ -318,6 +319,43 @@ class Catalog:
                 )
             return out
 
+    # -- diagnoses --------------------------------------------------------------
+    def save_diagnosis(self, report: dict, culprits: Sequence[dict]) -> None:
+        """Store (or replace) the diagnosis of one attempt."""
+        now = utcnow()
+        with self.session() as s:
+            attempt_id = s.scalar(
+                select(Attempt.id).join(Job, Job.id == Attempt.job_id)
+                .where(Job.name == report["job"], Attempt.number == report["attempt"])
+            )
+            if attempt_id is None:
+                return
+            s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
+            s.flush()
+            incident = IncidentRow(
+                attempt_id=attempt_id, verdict=report["verdict"], summary=report["summary"],
+                world_size=report["world_size"], n_dumps=len(report["ranks_dumped"]),
+                algorithm_version=report["algorithm_version"], diagnosed_at=now,
+                report=json.dumps(report, default=str),
+            )
+            s.add(incident)
+            s.flush()
+            s.add_all(CulpritRow(incident_id=incident.id, position=i, **c) for i, c in enumerate(culprits))
+
+    def diagnosis(self, job: str, attempt: int) -> dict | None:
+        with self.session() as s:
+            report = s.scalar(
+                select(IncidentRow.report).join(Attempt, Attempt.id == IncidentRow.attempt_id)
+                .join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
+            )
+            return json.loads(report) if report else None
+
+    def attempt_keys(self) -> list[tuple[str, int]]:
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(
+                select(Job.name, Attempt.number).join(Attempt, Attempt.job_id == Job.id).order_by(Job.name, Attempt.number)
+            )]
+
     def table_arrow(self, name: str) -> pa.Table:
         """A catalog table as Arrow, for the SQL views."""
         n_attempts = select(func.count(Attempt.id)).where(Attempt.job_id == Job.id).scalar_subquery()
@@ -338,6 +376,18 @@ class Catalog:
                 IngestRun.sources, IngestRun.n_ingested, IngestRun.n_duplicate, IngestRun.n_rejected, IngestRun.n_unchanged,
             ),
         }
+        queries["incidents"] = select(
+            Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, IncidentRow.summary,
+            IncidentRow.world_size, IncidentRow.n_dumps, Attempt.started_ns, Attempt.ended_ns,
+            IncidentRow.algorithm_version, IncidentRow.diagnosed_at,
+        ).join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+        queries["culprits"] = select(
+            Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, CulpritRow.position,
+            CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.role, CulpritRow.pg, CulpritRow.pg_desc,
+            CulpritRow.seq, CulpritRow.op, CulpritRow.lateness_ms, CulpritRow.stack_signature, CulpritRow.top_frame,
+            Attempt.started_ns,
+        ).join(IncidentRow, IncidentRow.id == CulpritRow.incident_id).join(
+            Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
         with self.session() as s:
             result = s.execute(queries[name])
             cols = list(result.keys())
@@ -347,7 +397,7 @@ class Catalog:
                         schema=pa.schema(list(zip(cols, types))))
 
 
-CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs")
+CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits")
 
 _CATALOG_TYPES = {
     "job": pa.string(), "attempt": pa.int64(), "first_seen_at": pa.timestamp("us", tz="UTC"),
@@ -357,6 +407,9 @@ _CATALOG_TYPES = {
     "rank": pa.int32(), "run_id": pa.int64(), "seen_at": pa.timestamp("us", tz="UTC"),
     "started_at": pa.timestamp("us", tz="UTC"), "finished_at": pa.timestamp("us", tz="UTC"),
     "sources": pa.string(), "n_ingested": pa.int64(), "n_duplicate": pa.int64(), "n_rejected": pa.int64(),
-    "n_unchanged": pa.int64(),
+    "n_unchanged": pa.int64(), "verdict": pa.string(), "summary": pa.string(), "world_size": pa.int64(),
+    "algorithm_version": pa.int64(), "diagnosed_at": pa.timestamp("us", tz="UTC"), "position": pa.int64(),
+    "role": pa.string(), "pg": pa.string(), "pg_desc": pa.string(), "seq": pa.int64(), "op": pa.string(),
+    "lateness_ms": pa.float64(), "stack_signature": pa.string(), "top_frame": pa.string(),
 }
 

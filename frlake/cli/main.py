@@ -6,6 +6,7 @@ import typer
 
 from frlake.cli import db
 from frlake.cli._common import DbUrlOpt, LakeOpt
+from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command
 
@@ -27,6 +28,8 @@ def main_options(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = No
 app.command("ingest")(ingest_command)
 app.command("query")(query_command)
 app.command("files")(files_command)
+app.command("diagnose")(diagnose_command)
+app.command("rediagnose")(rediagnose_command)
 app.add_typer(db.app, name="db")
 
 

@@ -44,6 +44,7 @@ class IngestOptions:
     force: bool = False  # re-read files whose size and mtime did not change
     limits: Limits = Limits()
     chunk_files: int = 32
+    diagnose: bool = True  # diagnose the attempts that received new dumps
     chunk_bytes: int = 256 << 20
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
 
@@ -61,6 +62,7 @@ class IngestSummary:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_files: list[dict] = field(default_factory=list)
     ingested_files: list[dict] = field(default_factory=list)
+    diagnosed: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +101,14 @@ def ingest(
             catalog.finish_run(summary.run_id, "finished", _counts(summary))
     finally:
         catalog.close()
+    if options.diagnose and run.touched:
+        from frlake.diagnose import diagnose_many
+
+        summary.diagnosed = [
+            {"job": d.job, "attempt": d.attempt, "verdict": d.verdict, "summary": d.summary,
+             "culprits": [{k: v for k, v in c.to_dict().items() if k != "stack"} for c in d.culprits[:3]]}
+            for d in diagnose_many(settings, sorted(run.touched))
+        ]
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
 
@@ -137,6 +147,7 @@ class _Run:
         self.files_done = 0
         self.archives: list[FileRecord] = []
         self.reasons: Counter[str] = Counter()
+        self.touched: set[tuple[str, int]] = set()
 
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path]) -> None:
@@ -245,6 +256,7 @@ class _Run:
                 self.catalog.drop_lake_files(ids)
                 raise
             self.known_stacks.update(new_stacks)
+            self.touched.update((d.job, d.attempt) for d in result.dumps)
         finally:
             cleanup_staged(result)
         self._tally(result)

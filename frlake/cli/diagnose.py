@@ -1,0 +1,110 @@
+"""frlake diagnose and frlake rediagnose."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, settings, user_errors
+from frlake.diagnose import Diagnosis, diagnose, diagnose_many
+
+_STYLE = {"healthy": "green", "straggler": "yellow", "hang": "red", "mismatch": "red", "incomplete": "magenta"}
+
+
+def diagnose_command(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job to diagnose.")],
+    attempt: Annotated[int | None, typer.Option(help="The attempt (default: the latest).", min=0)] = None,
+    fmt: FormatOpt = Format.table,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Say what went wrong in an attempt and who caused it, root cause first."""
+    with user_errors():
+        diag = diagnose(settings(ctx, lake, db_url), job, attempt)
+    if fmt is Format.json:
+        emit_json(diag.to_dict())
+    elif fmt is Format.csv:
+        emit_rows(*_culprit_rows(diag), fmt)
+    else:
+        render_report(diag)
+
+
+def rediagnose_command(
+    ctx: typer.Context,
+    job: Annotated[str | None, typer.Option(help="Only this job's attempts.")] = None,
+    fmt: FormatOpt = Format.table,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Recompute and store the diagnosis of every attempt in the lake (after
+    frlake's algorithm improved)."""
+    with user_errors():
+        cfg = settings(ctx, lake, db_url)
+        keys = None
+        if job is not None:
+            from frlake.catalog.store import Catalog
+
+            catalog = Catalog(cfg.db_url)
+            keys = [k for k in catalog.attempt_keys() if k[0] == job]
+            catalog.close()
+        results = diagnose_many(cfg, keys)
+    rows = [[d.job, d.attempt, d.verdict, d.root.rank if d.root else None, d.root.host if d.root else None,
+             d.root.reason if d.root else None] for d in results]
+    emit_rows(["job", "attempt", "verdict", "rank", "host", "reason"], rows, fmt)
+
+
+def _culprit_rows(diag: Diagnosis):
+    columns = ["job", "attempt", "verdict", "position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op",
+               "lateness_ms"]
+    rows = [[diag.job, diag.attempt, diag.verdict, i, c.rank, c.host, c.reason, c.role, c.pg, c.pg_desc, c.seq, c.op,
+             c.lateness_ms] for i, c in enumerate(diag.culprits)]
+    return columns, rows
+
+
+def render_report(diag: Diagnosis) -> None:
+    """The diagnosis as a short incident report a person can act on."""
+    style = _STYLE.get(diag.verdict, "white")
+    console.print(Panel(diag.summary, title=f"[bold {style}]{diag.verdict.upper()}[/]  {diag.job} attempt {diag.attempt}",
+                        expand=False))
+    console.print(f"{len(diag.ranks_dumped)} of {diag.world_size} ranks dumped"
+                  + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""))
+    root = diag.root
+    if root is None:
+        return
+    console.print(f"\n[bold]Root cause[/]: rank {root.rank} on [bold]{root.host or 'unknown host'}[/] ({root.reason})")
+    if root.pg is not None:
+        console.print(f"  where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
+    if root.expected is not None:
+        console.print(f"  expected {root.expected}, found {root.found}")
+    if root.lateness_ms is not None:
+        console.print(f"  typically {root.lateness_ms:.1f} ms late")
+    if root.stack:
+        console.print("  stack (innermost first):")
+        for f in root.stack[:12]:
+            short = "/".join(str(f.get("filename") or "").split("/")[-3:])
+            console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True)
+    if len(diag.culprits) > 1:
+        table = Table(title="Also involved", title_justify="left")
+        for col in ("rank", "host", "reason", "role", "group", "seq", "op"):
+            table.add_column(col)
+        for c in diag.culprits[1:20]:
+            table.add_row(str(c.rank), c.host or "?", c.reason, c.role, f"{c.pg_desc or ''} {c.pg or ''}",
+                          "" if c.seq is None else str(c.seq), c.op or "")
+        console.print(table)
+    behind = [g for g in diag.groups if g["behind"]]
+    if behind:
+        table = Table(title="Process groups that did not finish together", title_justify="left")
+        for col in ("group", "members", "furthest seq", "behind"):
+            table.add_column(col)
+        for g in behind[:20]:
+            table.add_row(f"{g['pg_desc'] or ''} {g['pg']}", str(len(g["ranks"])), str(g["frontier"]),
+                          ", ".join(f"{r}@{_seq(g['last_enqueued'][str(r)])}" for r in g["behind"][:16]))
+        console.print(table)
+
+
+def _seq(value: int | None) -> str:
+    return "none" if value is None else str(value)

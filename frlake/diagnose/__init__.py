@@ -1,0 +1,75 @@
+"""Diagnose attempts: name what went wrong and who caused it, root cause
+first (see analyze.py), and keep the diagnoses in the catalog."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from frlake.catalog.store import Catalog
+from frlake.config import Settings
+from frlake.diagnose.analyze import diagnose_attempt
+from frlake.diagnose.model import ALGORITHM_VERSION, Culprit, Diagnosis, stack_signature, top_frame
+from frlake.errors import FrlakeError
+
+
+def diagnose(settings: Settings, job: str, attempt: int | None = None, *, store: bool = True) -> Diagnosis:
+    """Diagnose one attempt of a job (default: its latest attempt) and store it."""
+    from frlake.query import connect
+
+    con = connect(settings.lake, settings.db_url)
+    try:
+        if attempt is None:
+            row = con.execute("SELECT max(attempt) FROM dumps WHERE job = ?", [job]).fetchone()
+            if row is None or row[0] is None:
+                raise FrlakeError(f"the lake has no dumps of job {job!r}")
+            attempt = row[0]
+        elif not con.execute("SELECT 1 FROM dumps WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchone():
+            raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
+        diag = diagnose_attempt(con, job, attempt)
+    finally:
+        con.close()
+    if store:
+        catalog = Catalog(settings.db_url)
+        try:
+            save(catalog, diag)
+        finally:
+            catalog.close()
+    return diag
+
+
+def diagnose_many(settings: Settings, attempts: Iterable[tuple[str, int]] | None = None) -> list[Diagnosis]:
+    """Diagnose and store the given attempts, or every attempt in the lake
+    (after the algorithm improved: ``frlake rediagnose``)."""
+    from frlake.query import connect
+
+    catalog = Catalog(settings.db_url)
+    try:
+        keys = list(attempts) if attempts is not None else catalog.attempt_keys()
+        if not keys:
+            return []
+        con = connect(settings.lake, settings.db_url)
+        try:
+            out = []
+            for job, attempt in keys:
+                diag = diagnose_attempt(con, job, attempt)
+                save(catalog, diag)
+                out.append(diag)
+            return out
+        finally:
+            con.close()
+    finally:
+        catalog.close()
+
+
+def save(catalog: Catalog, diag: Diagnosis) -> None:
+    rows = []
+    for c in diag.culprits:
+        rows.append({
+            "rank": c.rank, "host": c.host, "reason": c.reason, "role": c.role, "pg": c.pg, "pg_desc": c.pg_desc,
+            "seq": c.seq, "op": c.op, "lateness_ms": c.lateness_ms,
+            "stack_signature": stack_signature(c.stack), "top_frame": top_frame(c.stack),
+        })
+    catalog.save_diagnosis(diag.to_dict(), rows)
+
+
+__all__ = ["ALGORITHM_VERSION", "Culprit", "Diagnosis", "diagnose", "diagnose_many", "save"]

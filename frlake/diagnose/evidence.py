@@ -1,0 +1,129 @@
+"""Load what one attempt recorded, summarised by DuckDB.
+
+The heavy work (millions of entries for a 1,000-rank job) happens in SQL;
+Python only sees per-rank, per-group summaries and the few collectives that
+look wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+ALL_TO_ALL = ("all_to_all", "alltoall", "alltoall_base", "all_to_allv", "alltoallv")
+
+
+@dataclass
+class LastEntry:
+    pg: str | None
+    pg_desc: str | None
+    seq: int | None
+    op: str | None
+    is_p2p: bool
+    peer: int | None
+    state: str | None
+    t: int | None
+    stack_id: int | None
+
+
+@dataclass
+class Evidence:
+    job: str
+    attempt: int
+    hosts: dict[int, str]  # dumped rank -> host
+    wrapped: set[int]  # ranks whose ring buffer lost old entries
+    members: dict[str, list[int]]  # pg_name -> member ranks
+    desc: dict[str, str | None]
+    last_seq: dict[tuple[int, str], int]  # (rank, pg) -> last collective seq enqueued
+    first_seq: dict[tuple[int, str], int]
+    last: dict[int, LastEntry]
+    n_entries: int = 0
+    world: list[int] = field(default_factory=list)
+
+
+def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
+    params = {"job": job, "attempt": attempt}
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _d AS
+        SELECT rank, host, dump_id, first_record_id FROM dumps
+        WHERE job = $job AND attempt = $attempt
+        QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ingested_at DESC, dump_id) = 1
+        """,
+        params,
+    )
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _e AS
+        SELECT rank, pg_name, pg_desc, collective_seq_id AS seq, is_p2p, op, state, entry_index,
+               time_created_ns AS t, stack_id, p2p_src, p2p_dst,
+               hash(op) AS type_sig,
+               CASE WHEN op IN {all_to_all} THEN hash(op) ELSE hash(input_sizes, output_sizes) END AS size_sig,
+               hash(input_dtypes, output_dtypes) AS dtype_sig
+        FROM entries
+        WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM _d)
+        """.format(all_to_all=str(ALL_TO_ALL)),
+        params,
+    )
+    hosts, wrapped = {}, set()
+    for rank, host, first_record in con.execute("SELECT rank, host, first_record_id FROM _d").fetchall():
+        hosts[rank] = host
+        if first_record is not None and first_record > 0:
+            wrapped.add(rank)
+    members: dict[str, set[int]] = {}
+    desc: dict[str, str | None] = {}
+    for pg, pg_desc, ranks in con.execute(
+        """
+        SELECT pg_name, any_value(pg_desc), list(DISTINCT r) FROM (
+          SELECT pg_name, pg_desc, unnest(ranks) AS r FROM groups
+          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM _d) AND ranks IS NOT NULL
+        ) GROUP BY pg_name
+        """,
+        params,
+    ).fetchall():
+        members.setdefault(pg, set()).update(ranks)
+        desc[pg] = pg_desc
+    last_seq, first_seq = {}, {}
+    for rank, pg, pg_desc, lo, hi in con.execute(
+        "SELECT rank, pg_name, any_value(pg_desc), min(seq), max(seq) FROM _e WHERE NOT is_p2p GROUP BY ALL"
+    ).fetchall():
+        members.setdefault(pg, set()).add(rank)  # membership inferred from what ranks recorded
+        desc.setdefault(pg, pg_desc)
+        first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
+    last = {}
+    for row in con.execute(
+        """
+        SELECT rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
+        FROM _e QUALIFY row_number() OVER (PARTITION BY rank ORDER BY entry_index DESC) = 1
+        """
+    ).fetchall():
+        rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row
+        peer = None
+        if is_p2p and src is not None and dst is not None:
+            peer = _global_peer(members.get(pg), rank, src, dst)
+        last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
+    n_entries = con.execute("SELECT count(*) FROM _e").fetchone()[0]
+    world = set(hosts)
+    for ranks in members.values():
+        world.update(ranks)
+    return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in members.items()}, desc,
+                    last_seq, first_seq, last, n_entries, sorted(world))
+
+
+def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:
+    """p2p names carry group-local ranks ("send 0->1"); map the peer to a global rank."""
+    ordered = sorted(members) if members else None
+    local = {g: i for i, g in enumerate(ordered)} if ordered else None
+    me = local.get(rank, rank) if local else rank
+    other = dst if src == me else src
+    if ordered and 0 <= other < len(ordered):
+        return ordered[other]
+    return other
+
+
+def stacks(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, list[dict]]:
+    if not ids:
+        return {}
+    rows = con.execute("SELECT stack_id, frames FROM stacks WHERE stack_id IN (SELECT unnest($ids))", {"ids": ids}).fetchall()
+    return {sid: frames for sid, frames in rows}

@@ -1,0 +1,106 @@
+"""Who waits for whom, and who started it.
+
+Each rank that dumped is stuck at its last entry. If that is a collective
+(group g, sequence s), it waits for the members of g that never enqueued s
+(their last sequence id in g is lower, or they left no dump); if it is a
+point-to-point op, for its peer. Ranks that wait for nobody but are waited
+for are the root causes; the others are victims. Roots are ordered by how
+many ranks wait for them (transitively), then by who stopped first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from frlake.diagnose.evidence import Evidence
+
+
+@dataclass
+class Stall:
+    rank: int
+    role: str  # root | victim
+    reason: str  # missing | no_dump
+    pg: str | None
+    pg_desc: str | None
+    seq: int | None
+    op: str | None
+    waiters: int
+    stopped_at: int | None
+
+
+def waits_for(ev: Evidence) -> dict[int, set[int]]:
+    graph: dict[int, set[int]] = {}
+    for rank, last in ev.last.items():
+        targets: set[int] = set()
+        if last.is_p2p:
+            peer = last.peer
+            if peer is not None and peer != rank:
+                peer_last = ev.last.get(peer)
+                if peer_last is None or (peer_last.t is not None and last.t is not None and peer_last.t < last.t):
+                    targets.add(peer)
+        elif last.pg is not None and last.seq is not None:
+            for m in ev.members.get(last.pg, []):
+                if m == rank:
+                    continue
+                if m not in ev.hosts:
+                    targets.add(m)
+                elif ev.last_seq.get((m, last.pg), -1) < last.seq and not _unknown(ev, m, last.pg, last.seq):
+                    targets.add(m)
+        graph[rank] = targets
+    return graph
+
+
+def _unknown(ev: Evidence, rank: int, pg: str, seq: int) -> bool:
+    """A wrapped buffer that starts after ``seq`` cannot say whether it was enqueued."""
+    first = ev.first_seq.get((rank, pg))
+    return rank in ev.wrapped and first is not None and first > seq
+
+
+def stalls(ev: Evidence) -> list[Stall]:
+    graph = waits_for(ev)
+    waited_by: dict[int, set[int]] = {}
+    for waiter, targets in graph.items():
+        for t in targets:
+            waited_by.setdefault(t, set()).add(waiter)
+    if not waited_by:
+        return []
+
+    def transitive_waiters(rank: int) -> int:
+        seen, todo = {rank}, deque([rank])
+        while todo:
+            for w in waited_by.get(todo.popleft(), ()):
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return len(seen) - 1
+
+    out: list[Stall] = []
+    for rank in waited_by:
+        if graph.get(rank):
+            continue  # it waits for someone else: a victim
+        # where the others wait for it: the collective of its first waiter
+        waiter = min(waited_by[rank], key=lambda w: (ev.last[w].t or 0, w))
+        at = ev.last[waiter]
+        reason = "no_dump" if rank not in ev.hosts else "missing"
+        stopped = ev.last[rank].t if rank in ev.last else None
+        out.append(Stall(rank, "root", reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped))
+    # never a rank that stopped later than a rank waiting for it could be first
+    out.sort(key=lambda s: (-s.waiters, s.reason != "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
+    roots = {s.rank for s in out}
+    # victims: ranks behind in a group, in order of distance from the roots
+    depth = {r: 0 for r in roots}
+    todo = deque(roots)
+    while todo:
+        r = todo.popleft()
+        for w in sorted(waited_by.get(r, ())):
+            if w not in depth:
+                depth[w] = depth[r] + 1
+                todo.append(w)
+    victims = []
+    for rank in sorted(set(waited_by) - roots, key=lambda r: (depth.get(r, 99), r)):
+        waiter = min(waited_by[rank], key=lambda w: (ev.last[w].t or 0, w))
+        at = ev.last[waiter]
+        victims.append(Stall(rank, "victim", "missing", at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank),
+                             ev.last[rank].t if rank in ev.last else None))
+    return out + victims
