@@ -37,7 +37,7 @@ class Evidence:
     desc: dict[str, str | None]
     last_seq: dict[tuple[int, str], int]  # (rank, pg) -> last collective seq enqueued
     first_seq: dict[tuple[int, str], int]
-    last: dict[int, LastEntry]
+    last: dict[int, LastEntry]  # where each rank is stuck: its first unfinished entry, else its last
     n_entries: int = 0
     world: list[int] = field(default_factory=list)
 
@@ -94,8 +94,15 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     last = {}
     for row in con.execute(
         """
-        SELECT rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
-        FROM _e QUALIFY row_number() OVER (PARTITION BY rank ORDER BY entry_index DESC) = 1
+        WITH k AS (
+          SELECT rank,
+                 CASE WHEN bool_or(state = 'completed') AND count(*) FILTER (WHERE state <> 'completed') > 0
+                      THEN min(entry_index) FILTER (WHERE state <> 'completed')
+                      ELSE max(entry_index) END AS stuck_at
+          FROM _e GROUP BY rank
+        )
+        SELECT e.rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
+        FROM _e e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
         """
     ).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row
