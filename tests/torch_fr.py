@@ -515,7 +515,7 @@ def run_torch_analyzer(
         v.gave_up, v.reason = True, f"timeout after {timeout:g} s (killed)"
     elif proc.returncode != 0:
         v.gave_up, v.reason = True, _classify_failure(stderr)
-        m = re.search(r"Missing dump files from ranks (\{[^}]*\})", stderr)
+        m = re.search(r"^AssertionError: Missing dump files from ranks (\{[^}]*\})", stderr, re.M)
         if m:
             _add_unique(v.missing_dump_ranks, _ints(m.group(1)))
     return v
