@@ -90,3 +90,11 @@ def test_json_status_values_become_integers(formats_lake):
     con = frlake.connect(formats_lake.lake)
     rows = con.execute("SELECT last_enqueued_collective FROM pg_status WHERE job = 'fmt-json_2_10'").fetchall()
     assert rows and all(isinstance(r[0], int) for r in rows)
+
+
+def test_p2p_names_give_sender_and_receiver(formats_lake):
+    con = frlake.connect(formats_lake.lake)
+    rows = con.execute(
+        "SELECT DISTINCT profiling_name, op, p2p_src, p2p_dst, is_p2p FROM entries WHERE job = 'fmt-v2_10_unknown' AND is_p2p ORDER BY 1"
+    ).fetchall()
+    assert rows == [("nccl:recv 1<-0", "recv", 0, 1, True), ("nccl:send 0->1", "send", 0, 1, True)]

@@ -114,7 +114,13 @@ their order comes from iterating a set of (rank, MatchInfo) whose hash depends
 on object ids, so it is not reproducible run to run. "missing ranks" are
 printed from a set of ints (ascending for small ranks). Torch ignores all
 timestamps (it never sees a straggler) and, for gloo dumps (every entry stays
-"scheduled"), can only see missing or mismatching entries.
+"scheduled"), can only see missing or mismatching entries. Plain (uncoalesced)
+send/recv on a big group is matched like a collective of the whole group, so
+every member other than the pair is named "Culprit rank ...;
+SIZE_OR_SYNTAX_MISMATCH", ten times, and the cap then aborts the analysis
+before the real hang is reached. A recv must be named ``recv <me><-<peer>``
+as ProcessGroupNCCL writes it; ``recv <peer>-><me>`` crashes torch
+(``ValueError: not enough values to unpack``).
 
 Parsed fields
 -------------

@@ -48,7 +48,11 @@ IDENTITY_KEYS = {
 }
 _IDENTITY_KEY_SET = frozenset(k for keys in IDENTITY_KEYS.values() for k in keys)
 _PG_STATUS_KEYS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
-_P2P_NAME = re.compile(r"^(?:(?P<backend>[\w.]+):)?(?P<op>\w+)(?:\s+(?P<src>-?\d+)\s*->\s*(?P<dst>-?\d+))?")
+# "nccl:send 0->1" and "nccl:recv 1<-0": the arrow points from sender to receiver.
+_P2P_NAME = re.compile(
+    r"^(?:(?P<backend>[\w.]+):)?(?P<op>\w+)"
+    r"(?:\s+(?:(?P<src>-?\d+)\s*->\s*(?P<dst>-?\d+)|(?P<dst2>-?\d+)\s*<-\s*(?P<src2>-?\d+)))?"
+)
 
 
 @dataclass(frozen=True)
@@ -439,9 +443,15 @@ def _split_name(name: object, limits: Limits) -> tuple:
     if not m:
         return (None, None, None, None, None)
     op = m["op"]
-    src = int(m["src"]) if m["src"] is not None and abs(int(m["src"])) < 2**31 else None
-    dst = int(m["dst"]) if m["dst"] is not None and abs(int(m["dst"])) < 2**31 else None
+    src, dst = _rank(m["src"] or m["src2"]), _rank(m["dst"] or m["dst2"])
     return (m["backend"], op, src, dst, op in ("send", "recv", "isend", "irecv"))
+
+
+def _rank(text: str | None) -> int | None:
+    if text is None or len(text) > 10:
+        return None
+    value = int(text)
+    return value if abs(value) < 2**31 else None
 
 
 def _parse_ranks(raw: object) -> list[int] | None:
