@@ -13,20 +13,31 @@ writes it (torch >= 2.9, FlightRecorderDetail.hpp / ProcessGroupNCCL.cpp):
   time_discovered_* 0 instead of null, process_group a list, nccl_comm_state {}).
 * pg_config holds the groups this rank is a member of (FR records a group's
   ranks when the rank constructs its backend, so non-members never see it):
-  "0" default_pg (the world), its "tp" group (a block of 8 consecutive ranks)
-  and its "dp" group (the stripe of ranks with the same r % 8). Group names are
-  global creation order (tp groups first, then dp); ``pg_id`` is the rank-local
-  backend index (0 world, 1 tp, 2 dp), as is the pg_status key.
+  "0" default_pg (the world), its "tp" group (a block of 8 consecutive ranks),
+  its "dp" group (the stripe of ranks with the same r % 8) and, when the world
+  is even, its "pp" group: the 2-rank pipeline pair {r, r + world/2} that
+  carries all point-to-point traffic. Group names are global creation order
+  (tp groups first, then dp, then pp, as every rank calls new_group for every
+  group in the same order); ``pg_id`` is the rank-local backend index
+  (0 world, 1 tp, 2 dp, 3 pp), as is the pg_status key.
 * ``entries``: exactly ``entries`` records per rank, i.e. a full ring buffer
-  that has wrapped: record_id, collective_seq_id and p2p_seq_id start far above
-  0 and agree across ranks. Collectives carry the group's current p2p_seq_id
-  and p2p ops the current collective_seq_id; op_id counts both, per group.
+  that has wrapped: record_id, collective_seq_id (and the pp groups'
+  p2p_seq_id) start far above 0 and agree across ranks. The counters are per
+  group, as ProcessGroupNCCL keeps them: a collective bumps its group's
+  collective_seq_id and carries the group's p2p_seq_id (0 here: tp, dp and the
+  world see no p2p); a send/recv bumps its group's p2p_seq_id and carries the
+  collective_seq_id unchanged (0 for a pp group); op_id counts both.
+* p2p names are ProcessGroupNCCL's, with GROUP-LOCAL ranks:
+  ``nccl:send <me>-><peer>`` and ``nccl:recv <me><-<peer>`` (so "nccl:send
+  0->1" on the pair's low rank matches "nccl:recv 1<-0" on its high rank);
+  input and output sizes are both the tensor's. A pp group's pg_status
+  follows its p2p_seq_id, since the watchdog records the work's own seq.
 * duration_ms is present only on completed entries (as with
   TORCH_NCCL_ENABLE_TIMING); it is a float32 widened to a Python float.
 * frames are shared dicts drawn from ~15 call sites (Megatron-style training
   loop: forward sequence-parallel all_gather / reduce_scatter, backward on the
   autograd thread, grad reduce_scatter, grad-norm all_reduce, param
-  all_gather, loss all_reduce, a mirror send/recv exchange on the world group),
+  all_gather, loss all_reduce, a pipeline send/recv exchange on the pp group),
   with one variant of the main-thread stacks on every 10th step. A fresh list
   per entry references the shared frame dicts, exactly like torch's pickler
   memoizes them.
@@ -75,7 +86,7 @@ HOST_SKEW_NS = 500_000      # host clocks differ by up to +-0.5 ms
 SEQ_LEN, HIDDEN, MICRO = 4096, 4096, 1
 T0_NS = 1_790_000_000_000_000_000  # 2026-09: like the corpus timestamps
 
-WORLD, TPG, DPG = 0, 1, 2   # group kinds == the rank-local pg_id
+WORLD, TPG, DPG, PPG = 0, 1, 2, 3   # group kinds == the rank-local pg_id
 
 # ----------------------------------------------------------------------------
 # call sites: frame dicts are interned so that every stack shares them
@@ -179,7 +190,7 @@ def _p2p_stack(op: str, variant: int) -> tuple:
     return tuple(_c10d(op) + [
         _f("_p2p_ops", P2P, 214 if op == "send" else 221),
         _f("_communicate", P2P, 352), _f("exchange_boundary", P2P, 498),
-        _f("forward_backward_no_pipelining", SCHEDULES, 502)] + _bottom(variant))
+        _f("forward_backward_pipelining_without_interleaving", SCHEDULES, 1502)] + _bottom(variant))
 
 
 def _grad_rs_stack(variant: int) -> tuple:
@@ -262,10 +273,10 @@ def _step_template(world: int, p2p: bool, variant: int, metrics: bool) -> list:
             s = _fwd_stack(site, variant)
             ops.append((TPG, op, "tp_ag" if op == "all_gather" else "tp_rs", (s, s), 0, t + dt, "tp", -1))
         t += 40.0
-    if p2p:  # mirror exchange on the world group: low half sends first
+    if p2p:  # exchange on the 2-rank pp group {r, r + world/2}: the low rank sends first
         send, recv = _p2p_stack("send", variant), _p2p_stack("recv", variant)
-        ops.append((WORLD, "p2p", "p2p", (send, recv), 0, t + 8.0, "p2p", 0))
-        ops.append((WORLD, "p2p", "p2p", (recv, send), 0, t + 8.3, "p2p", 1))
+        ops.append((PPG, "p2p", "p2p", (send, recv), 0, t + 8.0, "p2p", 0))
+        ops.append((PPG, "p2p", "p2p", (recv, send), 0, t + 8.3, "p2p", 1))
     t = 200.0
     for _layer in range(LAYERS):  # backward on the autograd thread
         for site, op, dt in (("fc2", "all_gather", 0.0), ("fc1", "reduce_scatter", 25.0),
@@ -304,11 +315,16 @@ class _Job:
         self.hosts = [f"node-{h:04d}" for h in range((world + rph - 1) // rph)]
         self.p2p = world >= 2 and world % 2 == 0
 
-        # group names in creation order: "0" world, then tp blocks, then dp stripes
-        self.names = ["0"] + [str(1 + g) for g in range(n_tp)] + [str(1 + n_tp + j) for j in range(tp)]
-        self.descs = ["default_pg"] + ["tp"] * n_tp + ["dp"] * tp
+        # pp pairs {r, r + world/2} (only for an even world): all p2p runs there
+        self.half = half = world // 2 if self.p2p else 0
+        self.pp_members = [[j, j + half] for j in range(half)]
+
+        # group names in creation order: "0" world, then tp blocks, dp stripes, pp pairs
+        self.names = (["0"] + [str(1 + g) for g in range(n_tp)] + [str(1 + n_tp + j) for j in range(tp)]
+                      + [str(1 + n_tp + tp + j) for j in range(half)])
+        self.descs = ["default_pg"] + ["tp"] * n_tp + ["dp"] * tp + ["pp"] * half
         self.pg_tuples = [(n, d) for n, d in zip(self.names, self.descs)]
-        members = [list(range(world))] + self.tp_members + self.dp_members
+        members = [list(range(world))] + self.tp_members + self.dp_members + self.pp_members
         self.pg_conf = [{"name": n, "desc": d, "ranks": str(m)}
                         for n, d, m in zip(self.names, self.descs, members)]
         self.members = members
@@ -337,23 +353,24 @@ class _Job:
             return steps[1 if s % 10 == 0 else 0, s % 5 == 0]
 
         # counters before step `start` (every group of a kind runs the same program)
-        cnt = {k: 0 for k in ("w", "wp", "tp", "dp")}
+        cnt = {k: 0 for k in ("w", "pp", "tp", "dp")}
         for v in (0, 1):
             for m in (False, True):
                 n_steps = sum(1 for s in range(start) if (s % 10 == 0) == bool(v) and (s % 5 == 0) == m)
                 ops = steps[v, m]
-                cnt["w"] += n_steps * sum(1 for o in ops if o[0] == WORLD and o[7] < 0)
-                cnt["wp"] += n_steps * sum(1 for o in ops if o[7] >= 0)
+                cnt["w"] += n_steps * sum(1 for o in ops if o[0] == WORLD)
+                cnt["pp"] += n_steps * sum(1 for o in ops if o[0] == PPG)
                 cnt["tp"] += n_steps * sum(1 for o in ops if o[0] == TPG)
                 cnt["dp"] += n_steps * sum(1 for o in ops if o[0] == DPG)
-        self.record_base = cnt["w"] + cnt["wp"] + cnt["tp"] + cnt["dp"]
-        coll = [cnt["w"], cnt["tp"], cnt["dp"]]
-        p2p_seq = [cnt["wp"], 0, 0]
-        op_id = [cnt["w"] + cnt["wp"], cnt["tp"], cnt["dp"]]
+        self.record_base = cnt["w"] + cnt["pp"] + cnt["tp"] + cnt["dp"]
+        # per group kind, as ProcessGroupNCCL keeps them: seqCollective_, seqP2P_, op_id_
+        coll = [cnt["w"], cnt["tp"], cnt["dp"], 0]
+        p2p_seq = [0, 0, 0, cnt["pp"]]
+        op_id = [cnt["w"], cnt["tp"], cnt["dp"], cnt["pp"]]
 
         t0 = T0_NS + rng.randrange(10**15)
         self.slots = slots = []       # per slot: (gk, name, sid, stacks, thread, t_nom, cs, ps, oid, dur, pos)
-        self.cum = cum = []           # collective counters of all 3 kinds after each slot
+        self.cum = cum = []           # per kind, the seq pg_status tracks, after each slot
         shape_kinds = {}
         for s in range(start, final + 1):
             ops = step_ops(s)
@@ -371,7 +388,7 @@ class _Job:
                 sid = shape_kinds.setdefault(kind, len(shape_kinds))
                 slots.append((gk, name, sid, stacks, thread, t_step + int(t_ms * 1e6),
                               coll[gk], p2p_seq[gk], op_id[gk], dkind, pos))
-                cum.append(tuple(coll))
+                cum.append((coll[WORLD], coll[TPG], coll[DPG], p2p_seq[PPG]))
         self.shape_kinds = list(shape_kinds)
         self.end = len(slots) - 1     # the grad-norm world all_reduce
         self.hang_slot = self.end - 1 if self.hang_kind == DPG else max(
@@ -409,6 +426,8 @@ def _rank_dump(J: _Job, r: int) -> dict:
     world, c, fault = J.world, J.culprit, J.fault
     tpg, dpg = r // J.tp, r % J.tp
     gidx = (0, 1 + tpg, 1 + J.n_tp + dpg)
+    if J.p2p:  # its pp pair
+        gidx += (1 + J.n_tp + J.tp + r % J.half,)
     pgt = [J.pg_tuples[i] for i in gidx]
     shapes = J.shapes_for((world, len(J.tp_members[tpg]), len(J.dp_members[dpg])))
     rng = random.Random((J.seed * 1_000_003 + r) * 2_654_435_761 + 1)
@@ -419,16 +438,18 @@ def _rank_dump(J: _Job, r: int) -> dict:
     skew = J.host_skew[r // J.rph]
     phase = rng.randrange(WATCHDOG_NS)
 
-    # p2p peer and direction: the low half sends first
-    half = world // 2
-    peer = (r + half) % world
+    # p2p peer and direction: the low half sends first. Names carry group-local
+    # ranks, as ProcessGroupNCCL writes them: "send <me>-><peer>", "recv <me><-<peer>"
+    half = J.half
+    peer = (r + half) % world if half else r
     lo = r < half
-    p2p_names = ((f"nccl:send {r}->{peer}", f"nccl:recv {peer}->{r}") if lo
-                 else (f"nccl:recv {peer}->{r}", f"nccl:send {r}->{peer}"))
+    p2p_names = (("nccl:send 0->1", "nccl:recv 0<-1") if lo
+                 else ("nccl:recv 1<-0", "nccl:send 1->0"))
     role = 0 if lo else 1
 
     # which group kinds contain the culprit (for straggler waits / missing_last)
-    has_c = (True, c is not None and c // J.tp == tpg, c is not None and c % J.tp == dpg)
+    has_c = (True, c is not None and c // J.tp == tpg, c is not None and c % J.tp == dpg,
+             c is not None and c in (r, peer))
     is_c = c is not None and r == c
 
     end = J.end
@@ -502,10 +523,12 @@ def _rank_dump(J: _Job, r: int) -> dict:
                 "is_p2p": pos >= 0,
             })
 
-    # pg_status from the rank's whole history, not just the buffer
+    # pg_status from the rank's whole history, not just the buffer. The watchdog
+    # records each work's own seq: collective_seq_id, or p2p_seq_id for a p2p
+    # work, so a pp group's status follows its p2p_seq_id (all its ops completed)
     status = {}
     last = J.cum[end]
-    for gk in (WORLD, TPG, DPG):
+    for gk in (WORLD, TPG, DPG, PPG)[:len(gidx)]:
         enq = last[gk]
         open_seqs = [slots[i][6] for i, s in states.items() if i <= end and slots[i][0] == gk and slots[i][10] < 0]
         started = [slots[i][6] for i, s in states.items()
@@ -671,7 +694,7 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
     if ranks is None:
         k = c if c is not None else world // 2
         ranks = sorted({0, 1, world - 1, min(world - 1, 8), k, (k + TP) % world,
-                        k // TP * TP + (k + 1) % TP} & set(range(world)))
+                        k // TP * TP + (k + 1) % TP, (k + world // 2) % world} & set(range(world)))
     probs = []
 
     def path(r):
@@ -700,8 +723,11 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
                 probs.append(f"rank {r}: pg_config[{name}] disagrees with truth")
             if r not in json.loads(g["ranks"]):
                 probs.append(f"rank {r}: pg_config has a group it is not in")
-        if sorted(g["desc"] for g in conf.values()) != sorted(["default_pg", "tp", "dp"]):
+        want_descs = ["default_pg", "dp", "pp", "tp"] if world % 2 == 0 else ["default_pg", "dp", "tp"]
+        if sorted(g["desc"] for g in conf.values()) != want_descs:
             probs.append(f"rank {r}: groups {[g['desc'] for g in conf.values()]}")
+        local_id = {name: {"default_pg": WORLD, "tp": TPG, "dp": DPG, "pp": PPG}[g["desc"]]
+                    for name, g in conf.items()}
         prev_t, prev_id = 0, None
         for e in ents:
             keys = set(e)
@@ -732,6 +758,9 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
                 break
             if e["is_p2p"] != e["profiling_name"].startswith(("nccl:send", "nccl:recv")):
                 probs.append(f"rank {r}: is_p2p disagrees with {e['profiling_name']}")
+            if e["pg_id"] != local_id[pname] or pdesc != conf[pname]["desc"]:
+                probs.append(f"rank {r} record {e['record_id']}: pg_id/desc disagree with group {pname}")
+                break
             g = json.loads(conf[pname]["ranks"])
             if not e["is_p2p"]:
                 ni, no = _numel(e["input_sizes"]), _numel(e["output_sizes"])
@@ -743,7 +772,19 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
                     break
                 key = (pname, e["collective_seq_id"])
             else:
-                key = (pname, "p2p", e["p2p_seq_id"], tuple(sorted(map(int, e["profiling_name"].split()[1].split("->")))))
+                # ProcessGroupNCCL's names, group-local ranks: "send <me>-><peer>", "recv <me><-<peer>"
+                op, _, meta = e["profiling_name"].partition(" ")
+                arrow = "->" if op == "nccl:send" else "<-"
+                me, _, other = meta.partition(arrow)
+                if not (me.isdigit() and other.isdigit()) or int(me) != sorted(g).index(r) \
+                        or not 0 <= int(other) < len(g) or int(other) == int(me):
+                    probs.append(f"rank {r} record {e['record_id']}: bad p2p name {e['profiling_name']!r} in {g}")
+                    break
+                if e["input_sizes"] != e["output_sizes"] or e["input_dtypes"] != e["output_dtypes"]:
+                    probs.append(f"rank {r} record {e['record_id']}: p2p input and output differ")
+                    break
+                src, dst = (int(me), int(other)) if op == "nccl:send" else (int(other), int(me))
+                key = (pname, "p2p", e["p2p_seq_id"], src, dst)
             sig = (e["profiling_name"] if not e["is_p2p"] else e["profiling_name"].split()[0],
                    json.dumps(e["input_sizes"]), tuple(e["input_dtypes"]), json.dumps(e["output_sizes"]),
                    tuple(e["output_dtypes"]))
@@ -752,9 +793,11 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
         if fmt == "json":
             st = {k: {kk: int(vv) for kk, vv in v.items()} for k, v in st.items()}
         for e in reversed(ents):
-            if e["is_p2p"]:
-                continue
             s = st[str(e["pg_id"])]
+            if e["is_p2p"]:  # the watchdog records a p2p work's p2p_seq_id
+                if s["last_enqueued_collective"] < e["p2p_seq_id"]:
+                    probs.append(f"rank {r}: pp pg_status behind its entries")
+                continue
             if s["last_enqueued_collective"] < e["collective_seq_id"]:
                 probs.append(f"rank {r}: pg_status behind its entries")
             if e["state"] == "completed" and s["last_completed_collective"] < e["collective_seq_id"]:
@@ -764,13 +807,15 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
         sigs = {}
         for r, (sig, e) in per.items():
             sigs.setdefault(sig if len(key) == 2 else ("p2p", sig[1], sig[2]), []).append(r)
+        if len(key) > 2 and len(per) == 2 and sorted(s[0] for s, _ in per.values()) != ["nccl:recv", "nccl:send"]:
+            probs.append(f"{key}: not one send and one recv: {sorted(s[0] for s, _ in per.values())}")
         if len(sigs) > 1:
             probs.append(f"{key}: ranks disagree: {sigs}")
             if len(probs) > 20:
                 break
     # seq ids start far above 1 (the ring has wrapped)
     e0 = dumps[ranks[0]]["entries"][0]
-    if e0["record_id"] < truth["entries"] or e0["collective_seq_id"] <= 1:
+    if e0["record_id"] < truth["entries"] or e0["p2p_seq_id" if e0["is_p2p"] else "collective_seq_id"] <= 1:
         probs.append("buffer does not look wrapped")
     fault = truth["fault"]
     if fault == "missing_last" and "hang" in truth:
@@ -780,7 +825,7 @@ def check_job(outdir: str, truth: dict, ranks=None) -> list:
                 continue
             have = [e for e in d["entries"] if e["process_group"][0] == h["group"]
                     and e["collective_seq_id"] == h["collective_seq_id"] and not e["is_p2p"]]
-            pgid = {"default_pg": WORLD, "tp": TPG, "dp": DPG}[h["desc"]]  # the rank-local pg_id
+            pgid = {"default_pg": WORLD, "tp": TPG, "dp": DPG, "pp": PPG}[h["desc"]]  # the rank-local pg_id
             s = d["pg_status"][str(pgid)]
             enq, done = int(s["last_enqueued_collective"]), int(s["last_completed_collective"])
             if r == c:

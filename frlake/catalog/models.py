@@ -146,3 +146,21 @@ class CulpritRow(Base):
     lateness_ms: Mapped[float | None] = mapped_column(Float)
     stack_signature: Mapped[str | None] = mapped_column(String(64))
     top_frame: Mapped[str | None] = mapped_column(Text)
+
+
+class RankStat(Base):
+    """How late one rank arrived to collectives in one attempt (the notable
+    ranks only: every rank with unexplained late arrivals, and the latest few)."""
+
+    __tablename__ = "rank_stats"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(512), index=True)
+    collectives: Mapped[int] = mapped_column(Integer)
+    arrived_last: Mapped[int] = mapped_column(Integer)
+    late_p50_ms: Mapped[float] = mapped_column(Float)
+    late_p90_ms: Mapped[float] = mapped_column(Float)
+    late_max_ms: Mapped[float] = mapped_column(Float)
+    root_late_events: Mapped[int] = mapped_column(Integer)
+    root_late_ms: Mapped[float | None] = mapped_column(Float)

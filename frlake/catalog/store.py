@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
-from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, SourceFile
+from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile
 
 _CHUNK = 500  # bound on IN (...) lists
 
@@ -320,7 +320,7 @@ class Catalog:
             return out
 
     # -- diagnoses --------------------------------------------------------------
-    def save_diagnosis(self, report: dict, culprits: Sequence[dict]) -> None:
+    def save_diagnosis(self, report: dict, culprits: Sequence[dict], rank_stats: Sequence[dict] = ()) -> None:
         """Store (or replace) the diagnosis of one attempt."""
         now = utcnow()
         with self.session() as s:
@@ -330,6 +330,9 @@ class Catalog:
             )
             if attempt_id is None:
                 return
+            old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
+            s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
+            s.execute(delete(RankStat).where(RankStat.incident_id == old))
             s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
             s.flush()
             incident = IncidentRow(
@@ -341,6 +344,7 @@ class Catalog:
             s.add(incident)
             s.flush()
             s.add_all(CulpritRow(incident_id=incident.id, position=i, **c) for i, c in enumerate(culprits))
+            s.add_all(RankStat(incident_id=incident.id, **r) for r in rank_stats)
 
     def diagnosis(self, job: str, attempt: int) -> dict | None:
         with self.session() as s:
@@ -388,6 +392,12 @@ class Catalog:
             Attempt.started_ns,
         ).join(IncidentRow, IncidentRow.id == CulpritRow.incident_id).join(
             Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+        queries["rank_stats"] = select(
+            Job.name.label("job"), Attempt.number.label("attempt"), RankStat.rank, RankStat.host,
+            RankStat.collectives, RankStat.arrived_last, RankStat.late_p50_ms, RankStat.late_p90_ms,
+            RankStat.late_max_ms, RankStat.root_late_events, RankStat.root_late_ms, Attempt.started_ns,
+        ).join(IncidentRow, IncidentRow.id == RankStat.incident_id).join(
+            Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
         with self.session() as s:
             result = s.execute(queries[name])
             cols = list(result.keys())
@@ -397,7 +407,7 @@ class Catalog:
                         schema=pa.schema(list(zip(cols, types))))
 
 
-CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits")
+CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats")
 
 _CATALOG_TYPES = {
     "job": pa.string(), "attempt": pa.int64(), "first_seen_at": pa.timestamp("us", tz="UTC"),
@@ -411,5 +421,7 @@ _CATALOG_TYPES = {
     "algorithm_version": pa.int64(), "diagnosed_at": pa.timestamp("us", tz="UTC"), "position": pa.int64(),
     "role": pa.string(), "pg": pa.string(), "pg_desc": pa.string(), "seq": pa.int64(), "op": pa.string(),
     "lateness_ms": pa.float64(), "stack_signature": pa.string(), "top_frame": pa.string(),
+    "collectives": pa.int64(), "arrived_last": pa.int64(), "late_p50_ms": pa.float64(), "late_p90_ms": pa.float64(),
+    "late_max_ms": pa.float64(), "root_late_events": pa.int64(), "root_late_ms": pa.float64(),
 }
 

@@ -9,6 +9,7 @@ from frlake.cli._common import DbUrlOpt, LakeOpt
 from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command
+from frlake.cli.report import report_command
 
 app = typer.Typer(
     name="frlake",
@@ -30,6 +31,7 @@ app.command("query")(query_command)
 app.command("files")(files_command)
 app.command("diagnose")(diagnose_command)
 app.command("rediagnose")(rediagnose_command)
+app.command("report")(report_command)
 app.add_typer(db.app, name="db")
 
 

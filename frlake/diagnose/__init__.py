@@ -69,7 +69,7 @@ def save(catalog: Catalog, diag: Diagnosis) -> None:
             "seq": c.seq, "op": c.op, "lateness_ms": c.lateness_ms,
             "stack_signature": stack_signature(c.stack), "top_frame": top_frame(c.stack),
         })
-    catalog.save_diagnosis(diag.to_dict(), rows)
+    catalog.save_diagnosis(diag.to_dict(), rows, diag.rank_lateness)
 
 
 __all__ = ["ALGORITHM_VERSION", "Culprit", "Diagnosis", "diagnose", "diagnose_many", "save"]

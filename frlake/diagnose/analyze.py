@@ -23,6 +23,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
 
     mismatches = mismatch.find(con, ev)
     stalls = hang.stalls(ev)
+    slow, lateness = straggler.analyze(con)
+    diag.rank_lateness = [dict(vars(r), host=hosts.get(r.rank)) for r in lateness]
     if mismatches:
         diag.verdict = "mismatch"
         for m in mismatches:
@@ -38,7 +40,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
         diag.culprits = [Culprit(r, hosts.get(r), "no_dump", "root", detail="no dump file from this rank")
                          for r in missing_dump]
     else:
-        s = straggler.find(con)
+        s = slow
         if s is not None:
             diag.verdict = "straggler"
             diag.culprits = [Culprit(s.rank, hosts.get(s.rank), "straggler", "root", s.pg, s.pg_desc, s.seq, s.op,

@@ -40,7 +40,7 @@ class Diagnosis:
     ranks_dumped: list[int] = field(default_factory=list)
     ranks_missing_dump: list[int] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
+    rank_lateness: list[dict] = field(default_factory=list)
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

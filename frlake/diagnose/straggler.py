@@ -22,6 +22,18 @@ NOISE_FACTOR = 10  # and 10x the typical lateness of the attempt
 
 
 @dataclass
+class RankLateness:
+    rank: int
+    collectives: int
+    arrived_last: int
+    late_p50_ms: float
+    late_p90_ms: float
+    late_max_ms: float
+    root_late_events: int = 0
+    root_late_ms: float | None = None
+
+
+@dataclass
 class Straggler:
     rank: int
     lateness_ms: float
@@ -34,19 +46,34 @@ class Straggler:
     stack_id: int | None
 
 
-def find(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> Straggler | None:
-    typical = con.execute(
-        """
-        WITH m AS (SELECT pg_name, seq, min(t) AS t0, count(*) AS n FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1)
-        SELECT median(e.t - m.t0) FROM _e e JOIN m USING (pg_name, seq) WHERE NOT e.is_p2p
-        """
-    ).fetchone()[0]
-    if typical is None:
-        return None
-    threshold = max(MIN_LATENESS_NS, NOISE_FACTOR * float(typical))
+TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
+
+_INSTANCES = """
+    WITH m AS (SELECT pg_name, seq, min(t) AS t0, max(t) AS t1, count(*) AS n
+               FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1)
+"""
+
+
+def analyze(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
+    """The straggler (or None) and the lateness of the notable ranks."""
+    stats = {
+        r[0]: RankLateness(*r)
+        for r in con.execute(
+            _INSTANCES
+            + """
+            SELECT e.rank, count(*), count(*) FILTER (WHERE e.t = m.t1 AND m.t1 > m.t0),
+                   quantile_cont(e.t - m.t0, 0.5) / 1e6, quantile_cont(e.t - m.t0, 0.9) / 1e6, max(e.t - m.t0) / 1e6
+            FROM _e e JOIN m USING (pg_name, seq) WHERE NOT e.is_p2p GROUP BY e.rank
+            """
+        ).fetchall()
+    }
+    if not stats:
+        return None, []
+    typical = statistics.median(s.late_p50_ms for s in stats.values()) * 1e6
+    threshold = max(MIN_LATENESS_NS, NOISE_FACTOR * typical)
     events = con.execute(
-        """
-        WITH m AS (SELECT pg_name, seq, min(t) AS t0, count(*) AS n FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1)
+        _INSTANCES
+        + """
         SELECT e.t, e.t - m.t0 AS late, e.rank, e.pg_name, e.pg_desc, e.seq, e.op, e.stack_id
         FROM _e e JOIN m USING (pg_name, seq)
         WHERE NOT e.is_p2p AND e.t - m.t0 > $threshold
@@ -66,11 +93,16 @@ def find(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> Straggler | Non
             continue
         roots.setdefault(row[2], []).append(row)
         total += 1
+    for rank, rows in roots.items():
+        stats[rank].root_late_events = len(rows)
+        stats[rank].root_late_ms = round(statistics.median(r[1] for r in rows) / 1e6, 3)
+    latest = sorted(stats.values(), key=lambda s: -s.late_p50_ms)[:TOP_RANKS]
+    notable = sorted({s.rank: s for s in latest + [stats[r] for r in roots]}.values(), key=lambda s: s.rank)
     if not roots:
-        return None
+        return None, notable
     rank, rows = max(roots.items(), key=lambda kv: (len(kv[1]), -kv[0]))
     if len(rows) < min_events or len(rows) < 0.5 * total:
-        return None
-    lateness = statistics.median(r[1] for r in rows) / 1e6
+        return None, notable
     first = rows[0]
-    return Straggler(rank, round(lateness, 3), len(rows), total, first[3], first[4], first[5], first[6], first[7])
+    straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6], first[7])
+    return straggler, notable

@@ -11,6 +11,29 @@ from frlake.lake import Lake
 
 LAKE_VIEWS = tuple(schema.TABLES)
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
+# Every *_ns time also as a timestamp (UTC), named without the suffix.
+_TIMESTAMPS = {
+    "entries": ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"),
+    "dumps": ("first_time_created_ns", "last_time_created_ns"),
+    "attempts": ("started_ns", "ended_ns"),
+    "incidents": ("started_ns", "ended_ns"),
+    "culprits": ("started_ns",),
+    "rank_stats": ("started_ns",),
+}
+_DERIVED = {
+    "hosts": """
+        SELECT host, count(DISTINCT job) AS jobs, count(DISTINCT (job, attempt)) AS attempts, count(*) AS dumps,
+               min(ingested_at) AS first_seen_at, max(ingested_at) AS last_seen_at
+        FROM dumps GROUP BY host
+    """,
+}
+
+
+def _with_timestamps(name: str, source: str) -> str:
+    extra = "".join(
+        f", make_timestamp({col} // 1000) AS {col.removesuffix('_ns')}" for col in _TIMESTAMPS.get(name, ())
+    )
+    return f"SELECT *{extra} FROM {source}"
 
 
 def _sql_str(text: str) -> str:
@@ -28,12 +51,15 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog) -
             options = f"hive_partitioning = {str(partitioned).lower()}, union_by_name = true"
             if partitioned:
                 options += f", hive_types = {_HIVE_TYPES}"
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({listing}, {options})")
+            source = f"read_parquet({listing}, {options})"
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
         else:
             fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
             empty = pa.schema(fields).empty_table()
             con.register(f"__empty_{name}", empty)
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM __empty_{name}")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__empty_{name}')}")
     for name in CATALOG_VIEWS:
         con.register(f"__catalog_{name}", catalog.table_arrow(name))
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM __catalog_{name}")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__catalog_{name}')}")
+    for name, sql in _DERIVED.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")

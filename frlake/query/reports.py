@@ -1,0 +1,165 @@
+"""Fleet reports over all history: flaky hosts, slow ranks, recurring hangs.
+
+They read the stored diagnoses (``incidents``, ``culprits``, ``rank_stats``)
+and the ``dumps`` table, never the entries, so their cost grows with the
+number of attempts, not with the number of entries. Every row carries its
+evidence: the jobs and attempts behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from typing import Callable
+
+import duckdb
+
+Z = 1.96  # 95% Wilson lower bound
+
+
+@dataclass(frozen=True)
+class Window:
+    """Attempts that started in [since, until] (dates, UTC, both inclusive)."""
+
+    since: date | datetime | None = None
+    until: date | datetime | None = None
+
+    def bounds_ns(self) -> tuple[int | None, int | None]:
+        def ns(d: date | datetime | None, end: bool) -> int | None:
+            if d is None:
+                return None
+            if not isinstance(d, datetime):
+                d = datetime.combine(d + timedelta(days=1) if end else d, time.min)
+            elif end and d.time() == time.min:
+                d = d + timedelta(days=1)
+            if d.tzinfo is None:
+                d = d.replace(tzinfo=timezone.utc)
+            return int(d.timestamp() * 1_000_000_000)
+
+        return ns(self.since, False), ns(self.until, True)
+
+
+_ATTEMPTS = """
+    att AS (
+      SELECT job, attempt, started_ns FROM attempts
+      WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
+    )
+"""
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, window: Window, limit: int | None) -> list[dict]:
+    since, until = window.bounds_ns()
+    cur = con.execute(sql + (f" LIMIT {int(limit)}" if limit else ""), {"since": since, "until": until})
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def flaky_hosts(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
+    """Hosts by how often they were the root cause, relative to how often they
+    were used: ``score`` is the 95% Wilson lower bound of that rate, so a host
+    seen in 2 attempts with 1 incident does not outrank one seen in 40 with 25."""
+    sql = f"""
+    WITH {_ATTEMPTS},
+    used AS (
+      SELECT DISTINCT d.host, d.job, d.attempt FROM dumps d JOIN att USING (job, attempt)
+      UNION
+      SELECT DISTINCT c.host, c.job, c.attempt FROM culprits c JOIN att USING (job, attempt) WHERE c.host IS NOT NULL
+    ),
+    blamed AS (
+      SELECT c.host, c.job, c.attempt, c.reason, att.started_ns FROM culprits c JOIN att USING (job, attempt)
+      WHERE c.position = 0 AND c.role = 'root' AND c.host IS NOT NULL
+    ),
+    per AS (
+      SELECT u.host, count(*) AS attempts, count(b.job) AS culprit_attempts,
+             list(struct_pack(job := b.job, attempt := b.attempt, reason := b.reason,
+                              started_at := make_timestamp(b.started_ns // 1000)) ORDER BY b.started_ns)
+               FILTER (WHERE b.job IS NOT NULL) AS evidence
+      FROM used u LEFT JOIN blamed b USING (host, job, attempt)
+      GROUP BY u.host
+    ),
+    reasons AS (SELECT host, map(list(reason), list(n)) AS by_reason
+                FROM (SELECT host, reason, count(*) AS n FROM blamed GROUP BY ALL) GROUP BY host)
+    SELECT per.host,
+           round((p + {Z}^2 / (2 * n) - {Z} * sqrt(p * (1 - p) / n + {Z}^2 / (4 * n * n))) / (1 + {Z}^2 / n), 4) AS score,
+           per.attempts, per.culprit_attempts, round(p, 4) AS rate,
+           coalesce(reasons.by_reason, MAP {{}}) AS by_reason,
+           coalesce(per.evidence, []) AS evidence
+    FROM (SELECT *, culprit_attempts / attempts AS p, attempts::DOUBLE AS n FROM per) per
+    LEFT JOIN reasons USING (host)
+    ORDER BY score DESC, culprit_attempts DESC, attempts DESC, host
+    """
+    rows = _rows(con, sql, window, limit)
+    for r in rows:
+        r["by_reason"] = dict(r["by_reason"]) if r["by_reason"] else {}
+    return rows
+
+
+def slow_ranks(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
+    """Ranks (and the hosts they ran on) that arrive late to collectives, across
+    attempts: the straggler culprits first, then ranks often first to be late."""
+    sql = f"""
+    WITH {_ATTEMPTS},
+    rs AS (SELECT r.*, att.started_ns AS att_started FROM rank_stats r JOIN att USING (job, attempt)),
+    strag AS (SELECT c.job, c.attempt, c.rank, c.lateness_ms FROM culprits c JOIN att USING (job, attempt)
+              WHERE c.reason = 'straggler' AND c.position = 0)
+    SELECT rs.job, rs.rank, rs.host,
+           round(coalesce(median(s.lateness_ms), median(rs.root_late_ms), median(rs.late_p50_ms)), 3) AS lateness_ms,
+           round(median(rs.late_p50_ms), 3) AS median_ms,
+           round(max(rs.late_p90_ms), 3) AS p90_ms,
+           round(sum(rs.arrived_last) / sum(rs.collectives), 4) AS last_share,
+           count(s.job) AS straggler_attempts,
+           count(*) FILTER (WHERE rs.root_late_events > 0 OR s.job IS NOT NULL) AS attempts_affected,
+           sum(rs.root_late_events) AS first_late_events,
+           list(struct_pack(attempt := rs.attempt, started_at := make_timestamp(rs.att_started // 1000),
+                            straggler := s.job IS NOT NULL, late_p50_ms := round(rs.late_p50_ms, 3))
+                ORDER BY rs.attempt) AS evidence
+    FROM rs LEFT JOIN strag s USING (job, attempt, rank)
+    GROUP BY rs.job, rs.rank, rs.host
+    HAVING count(s.job) > 0 OR sum(rs.root_late_events) >= 3 OR median(rs.late_p50_ms) >= 10
+    ORDER BY straggler_attempts DESC, attempts_affected DESC, lateness_ms DESC, rs.job, rs.rank
+    """
+    return _rows(con, sql, window, limit)
+
+
+def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
+    """Historical hangs and mismatches, one line per stack signature of the
+    root cause, so "the same stall in 14 jobs" is one line."""
+    sql = f"""
+    WITH {_ATTEMPTS},
+    h AS (
+      SELECT c.*, att.started_ns AS att_started,
+             c.reason || ':' || coalesce(c.stack_signature, coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?')) AS signature
+      FROM culprits c JOIN att USING (job, attempt)
+      WHERE c.position = 0 AND c.verdict IN ('hang', 'mismatch')
+    )
+    SELECT signature, any_value(top_frame) AS top_frame, mode(reason) AS reason, mode(op) AS op, mode(pg_desc) AS pg_desc,
+           count(*) AS attempts, count(DISTINCT job) AS jobs, list(DISTINCT host ORDER BY host) AS hosts,
+           make_timestamp(min(att_started) // 1000) AS first_seen, make_timestamp(max(att_started) // 1000) AS last_seen,
+           list(struct_pack(started_at := make_timestamp(att_started // 1000), job := job, attempt := attempt,
+                            verdict := verdict, pg := pg, pg_desc := pg_desc, seq := seq, op := op,
+                            rank := rank, host := host, reason := reason) ORDER BY att_started) AS evidence
+    FROM h GROUP BY signature
+    ORDER BY attempts DESC, last_seen DESC, signature
+    """
+    return _rows(con, sql, window, limit)
+
+
+REPORTS: dict[str, Callable[..., list[dict]]] = {
+    "flaky-hosts": flaky_hosts,
+    "slow-ranks": slow_ranks,
+    "hangs": hangs,
+}
+
+
+def run(settings, name: str, window: Window = Window(), limit: int | None = None) -> list[dict]:
+    """Run a report by name over the lake of ``settings``."""
+    from frlake.errors import FrlakeError
+    from frlake.query import connect
+
+    if name not in REPORTS:
+        raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
+    con = connect(settings.lake, settings.db_url)
+    try:
+        return REPORTS[name](con, window, limit)
+    finally:
+        con.close()

@@ -1,0 +1,74 @@
+"""The SQL sandbox and the views, over the real corpus."""
+
+from __future__ import annotations
+
+import pyarrow.dataset as ds
+import pytest
+
+import frlake
+from frlake.errors import QueryError
+from frlake.query import QueryLimits, query
+
+
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        ("SELECT * FROM read_csv('/etc/passwd')", "outside the lake"),
+        ("SELECT * FROM read_text('/etc/hostname')", "outside the lake"),
+        ("COPY (SELECT 1) TO '/tmp/frlake-copy.csv'", "COPY"),
+        ("COPY entries TO 'x.parquet'", "COPY"),
+        ("ATTACH '/tmp/frlake-attach.db' AS x", "ATTACH"),
+        ("INSTALL httpfs", "only SELECT"),
+        ("LOAD httpfs", "only SELECT"),
+        ("SET enable_external_access = true", "SET"),
+        ("PRAGMA version", "PRAGMA"),
+        ("SELECT 1; SELECT 2", "exactly one statement"),
+        ("CREATE TABLE t AS SELECT 1", "CREATE"),
+        ("DROP VIEW entries", "DROP"),
+        ("SELECT * FROM nonsense_table", "nonsense_table"),
+    ],
+)
+def test_sandbox_refuses_with_a_clear_error(corpus_lake, sql, message):
+    with pytest.raises(QueryError) as info:
+        query(sql, corpus_lake)
+    assert message.lower() in str(info.value).lower()
+
+
+def test_catalog_file_is_not_readable_from_sql(corpus_lake):
+    with pytest.raises(QueryError):
+        query(f"SELECT * FROM read_blob('{corpus_lake.lake / 'catalog.db'}')", corpus_lake)
+
+
+def test_runaway_query_stops_at_the_time_limit(corpus_lake):
+    with pytest.raises(QueryError) as info:
+        query("SELECT count(*) FROM range(1000000000000) a, range(1000) b", corpus_lake, QueryLimits(timeout_s=1.0))
+    assert "limit" in str(info.value)
+
+
+def test_row_cap_truncates(corpus_lake):
+    result = query("SELECT * FROM entries", corpus_lake, QueryLimits(max_rows=10))
+    assert len(result.rows) == 10 and result.truncated
+
+
+def test_with_and_explain_are_queries(corpus_lake):
+    assert query("WITH x AS (SELECT 1 AS a) SELECT a FROM x", corpus_lake).rows == [(1,)]
+    assert query("EXPLAIN SELECT count(*) FROM entries", corpus_lake).rows
+
+
+def test_times_also_as_timestamps(corpus_lake):
+    con = frlake.connect(corpus_lake.lake)
+    row = con.execute("SELECT time_created_ns, epoch_ns(time_created) FROM entries LIMIT 1").fetchone()
+    assert row[0] // 1000 * 1000 == row[1]
+    assert con.execute("SELECT count(*) FROM hosts").fetchone()[0] == 15
+
+
+def test_a_second_engine_reads_the_lake_as_it_is(corpus_lake):
+    con = frlake.connect(corpus_lake.lake)
+    for table in ("entries", "dumps", "groups", "pg_status"):
+        dataset = ds.dataset(corpus_lake.lake / "tables" / table, format="parquet", partitioning="hive")
+        assert dataset.count_rows() == con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        per_job = dataset.to_table(columns=["job"]).group_by("job").aggregate([("job", "count")])
+        expected = dict(con.execute(f"SELECT job, count(*) FROM {table} GROUP BY job").fetchall())
+        assert dict(zip(per_job["job"].to_pylist(), per_job["job_count"].to_pylist())) == expected
+    stacks = ds.dataset(corpus_lake.lake / "tables" / "stacks", format="parquet")
+    assert stacks.count_rows() == con.execute("SELECT count(*) FROM stacks").fetchone()[0]

@@ -1,0 +1,71 @@
+"""Fleet reports on the real corpus."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+from typer.testing import CliRunner
+
+from frlake.cli.main import app
+from frlake.query.reports import Window, run
+
+
+def test_flaky_hosts_puts_gpu_b03_first(corpus_lake):
+    rows = run(corpus_lake, "flaky-hosts")
+    assert rows[0]["host"] == "gpu-b03"
+    assert {"host", "score", "attempts", "culprit_attempts"} <= rows[0].keys()
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+    assert rows[0]["evidence"] and all({"job", "attempt", "reason"} <= e.keys() for e in rows[0]["evidence"])
+    assert rows[0]["culprit_attempts"] == len(rows[0]["evidence"]) == sum(rows[0]["by_reason"].values())
+
+
+def test_score_accounts_for_how_much_a_host_was_used(corpus_lake):
+    from frlake.query import connect
+    from frlake.query.reports import Z
+
+    con = connect(corpus_lake.lake)
+    lb = lambda k, n: con.execute(  # noqa: E731
+        f"SELECT (p + {Z}^2/(2*n) - {Z}*sqrt(p*(1-p)/n + {Z}^2/(4*n*n))) / (1 + {Z}^2/n) FROM (SELECT {k}/{n} AS p, {n}::DOUBLE AS n)"
+    ).fetchone()[0]
+    assert lb(25, 40) > lb(1, 2)
+
+
+def test_slow_ranks_names_every_straggler_culprit(corpus_lake, truth):
+    rows = run(corpus_lake, "slow-ranks")
+    named = {(r["job"], r["rank"], r["host"]) for r in rows}
+    for case in truth:
+        if case["scenario"] == "straggler":
+            assert (case["job"], case["culprit_rank"], case["culprit_host"]) in named
+    assert all(r["lateness_ms"] is not None and r["lateness_ms"] > 10 for r in rows)
+
+
+def test_hangs_lists_every_hang_and_mismatch_with_its_host(corpus_lake, truth):
+    rows = run(corpus_lake, "hangs")
+    seen = {(e["job"], e["attempt"]): e["host"] for r in rows for e in r["evidence"]}
+    for case in truth:
+        if case["scenario"] not in ("healthy", "straggler"):
+            assert seen[(case["job"], case["attempt"])] == case["culprit_host"]
+    assert sum(r["attempts"] for r in rows) == len(seen)
+    # the same stall in several jobs is one line
+    assert any(r["jobs"] > 1 for r in rows)
+
+
+def test_window_filters_by_attempt_start(corpus_lake):
+    assert run(corpus_lake, "hangs", Window(since=date(2100, 1, 1))) == []
+    assert run(corpus_lake, "flaky-hosts", Window(until=date(2000, 1, 1))) == []
+    everything = run(corpus_lake, "hangs", Window(since=date(2000, 1, 1), until=date(2100, 1, 1)))
+    assert everything == run(corpus_lake, "hangs")
+
+
+def test_report_cli_formats(corpus_lake):
+    runner = CliRunner()
+    base = ["--lake", str(corpus_lake.lake), "report"]
+    data = json.loads(runner.invoke(app, base + ["flaky-hosts", "-f", "json"]).stdout)
+    assert data[0]["host"] == "gpu-b03"
+    csv_out = runner.invoke(app, base + ["slow-ranks", "-f", "csv"]).stdout.splitlines()
+    assert csv_out[0].startswith("job,rank,host,lateness_ms")
+    table = runner.invoke(app, base + ["hangs", "--since", "2020-01-01"])
+    assert table.exit_code == 0 and "gpu-b03" in table.stdout
+    bad = runner.invoke(app, base + ["nope"])
+    assert bad.exit_code != 0
