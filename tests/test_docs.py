@@ -16,7 +16,7 @@ README = (ROOT / "README.md").read_text()
 SCHEMA = (ROOT / "docs" / "schema.md").read_text()
 runner = CliRunner()
 
-COMMANDS = [["ingest"], ["query"], ["files"], ["diagnose"], ["rediagnose"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
+COMMANDS = [["ingest"], ["query"], ["files"], ["diagnose"], ["rediagnose"], ["report"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
 
 
 def _shell_blocks(text: str) -> list[str]:
@@ -50,8 +50,9 @@ def test_example_queries_run(corpus_lake):
     import frlake
 
     con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
-    queries = [q.strip() for q in re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)[0].split(";") if q.strip()]
-    assert len(queries) >= 4
+    blocks = re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)
+    queries = [q.strip() for block in blocks for q in block.split(";") if q.strip()]
+    assert len(queries) >= 9
     for q in queries:
         q = "\n".join(line for line in q.splitlines() if not line.startswith("--"))
         assert con.execute(q).fetchall() is not None
