@@ -66,3 +66,10 @@ def test_ingest_and_query_on_each_backend(any_db, corpus):
     assert con.execute("SELECT count(*) FROM attempts").fetchone()[0] == 4
     assert con.execute("SELECT sum(n_dumps) FROM attempts").fetchone()[0] == 28
     assert con.execute("SELECT count(*) FROM files WHERE status = 'ingested'").fetchone()[0] == 28
+
+
+def test_head_revision_constant_matches_the_migrations():
+    from alembic.script import ScriptDirectory
+
+    cfg = db.alembic_config(db.make_engine("sqlite://"))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == db.head_revision()

@@ -100,3 +100,12 @@ def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus):
     per_dump = con.execute("SELECT count(DISTINCT dump_id) FROM entries").fetchone()[0]
     assert per_dump == 8
     assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == summary.entries
+
+
+def test_a_lake_inside_the_ingested_tree_is_not_ingested(tmp_path, corpus):
+    shutil.copytree(corpus / "job-223715", tmp_path / "job-223715")
+    settings = Settings.resolve(tmp_path / "lake")
+    first = ingest([tmp_path], settings)
+    again = ingest([tmp_path], settings)
+    assert (first.ingested, first.rejected) == (4, 0)
+    assert (again.ingested, again.rejected, again.unchanged) == (0, 0, 4)

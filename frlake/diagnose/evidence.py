@@ -66,6 +66,16 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         """.format(all_to_all=str(ALL_TO_ALL)),
         params,
     )
+    # One row per collective instance (group, seq) with at least two members: shared by
+    # the mismatch and lateness analyses.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _inst AS
+        SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
+               count(DISTINCT type_sig) > 1 OR count(DISTINCT size_sig) > 1 OR count(DISTINCT dtype_sig) > 1 AS differ
+        FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1
+        """
+    )
     hosts, wrapped = {}, set()
     for rank, host, first_record in con.execute("SELECT rank, host, first_record_id FROM _d").fetchall():
         hosts[rank] = host

@@ -31,6 +31,17 @@ class Stall:
 
 def waits_for(ev: Evidence) -> dict[int, set[int]]:
     graph: dict[int, set[int]] = {}
+    behind: dict[tuple[str, int], frozenset[int]] = {}  # (group, seq) -> members that never enqueued it
+
+    def missing_at(pg: str, seq: int) -> frozenset[int]:
+        key = (pg, seq)
+        if key not in behind:
+            behind[key] = frozenset(
+                m for m in ev.members.get(pg, [])
+                if m not in ev.hosts or (ev.last_seq.get((m, pg), -1) < seq and not _unknown(ev, m, pg, seq))
+            )
+        return behind[key]
+
     for rank, last in ev.last.items():
         targets: set[int] = set()
         if last.is_p2p:
@@ -40,13 +51,7 @@ def waits_for(ev: Evidence) -> dict[int, set[int]]:
                 if peer_last is None or (peer_last.t is not None and last.t is not None and peer_last.t < last.t):
                     targets.add(peer)
         elif last.pg is not None and last.seq is not None:
-            for m in ev.members.get(last.pg, []):
-                if m == rank:
-                    continue
-                if m not in ev.hosts:
-                    targets.add(m)
-                elif ev.last_seq.get((m, last.pg), -1) < last.seq and not _unknown(ev, m, last.pg, last.seq):
-                    targets.add(m)
+            targets = set(missing_at(last.pg, last.seq) - {rank})
         graph[rank] = targets
     return graph
 

@@ -37,18 +37,13 @@ class Mismatch:
 def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     candidates = {
         (pg, seq)
-        for pg, seq in con.execute(
-            """
-            SELECT pg_name, seq FROM _e WHERE NOT is_p2p GROUP BY ALL
-            HAVING count(DISTINCT type_sig) > 1 OR count(DISTINCT size_sig) > 1 OR count(DISTINCT dtype_sig) > 1
-            """
-        ).fetchall()
+        for pg, seq in con.execute("SELECT pg_name, seq FROM _inst WHERE differ").fetchall()
     }
     # A member's last collective where a peer never arrived (or left no dump): only siblings can judge it.
-    for (rank, pg), seq in ev.last_seq.items():
-        peers = [m for m in ev.members.get(pg, []) if m != rank]
-        if any(m not in ev.hosts or ev.last_seq.get((m, pg), -1) < seq for m in peers):
-            candidates.add((pg, seq))
+    for pg, members in ev.members.items():
+        lasts = [ev.last_seq.get((m, pg), -1) if m in ev.hosts else -1 for m in members]
+        lowest = min(lasts, default=-1)
+        candidates.update((pg, seq) for seq in set(lasts) if seq > lowest)
     if not candidates:
         return []
     con.execute("CREATE OR REPLACE TEMP TABLE _cand (pg_name VARCHAR, seq BIGINT)")

@@ -48,22 +48,24 @@ class Straggler:
 
 TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
 
-_INSTANCES = """
-    WITH m AS (SELECT pg_name, seq, min(t) AS t0, max(t) AS t1, count(*) AS n
-               FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1)
+_LATENESS = """
+    CREATE OR REPLACE TEMP TABLE _late AS
+    SELECT e.rank, e.t, e.t - m.t0 AS late, e.t = m.t1 AND m.t1 > m.t0 AS last,
+           e.pg_name, e.pg_desc, e.seq, e.op, e.stack_id
+    FROM _e e JOIN _inst m USING (pg_name, seq) WHERE NOT e.is_p2p
 """
 
 
 def analyze(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
     """The straggler (or None) and the lateness of the notable ranks."""
+    con.execute(_LATENESS)
     stats = {
         r[0]: RankLateness(*r)
         for r in con.execute(
-            _INSTANCES
-            + """
-            SELECT e.rank, count(*), count(*) FILTER (WHERE e.t = m.t1 AND m.t1 > m.t0),
-                   quantile_cont(e.t - m.t0, 0.5) / 1e6, quantile_cont(e.t - m.t0, 0.9) / 1e6, max(e.t - m.t0) / 1e6
-            FROM _e e JOIN m USING (pg_name, seq) WHERE NOT e.is_p2p GROUP BY e.rank
+            """
+            SELECT rank, count(*), count(*) FILTER (WHERE last),
+                   quantile_cont(late, 0.5) / 1e6, quantile_cont(late, 0.9) / 1e6, max(late) / 1e6
+            FROM _late GROUP BY rank
             """
         ).fetchall()
     }
@@ -72,13 +74,7 @@ def analyze(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> tuple[Stragg
     typical = statistics.median(s.late_p50_ms for s in stats.values()) * 1e6
     threshold = max(MIN_LATENESS_NS, NOISE_FACTOR * typical)
     events = con.execute(
-        _INSTANCES
-        + """
-        SELECT e.t, e.t - m.t0 AS late, e.rank, e.pg_name, e.pg_desc, e.seq, e.op, e.stack_id
-        FROM _e e JOIN m USING (pg_name, seq)
-        WHERE NOT e.is_p2p AND e.t - m.t0 > $threshold
-        ORDER BY e.t
-        """,
+        "SELECT t, late, rank, pg_name, pg_desc, seq, op, stack_id FROM _late WHERE late > $threshold ORDER BY t",
         {"threshold": threshold},
     ).fetchall()
     times = [row[0] for row in events]

@@ -204,33 +204,46 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
     # One C-speed pass pulls every known field out of every entry; columns are
     # then checked and converted whole.
-    cols: dict[str, list] = {name: list(map(dict.get, raw, repeat(name))) for name in _FIELDS}
+    cols: dict[str, list] = {}
+    kinds: dict[str, set[type]] = {}  # the Python types found in each column
+    present = 0
+    for name in _FIELDS:
+        col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
+        found = set(map(type, col))
+        if object in found:  # the _MISSING sentinel: no pickle or JSON value has type object
+            present -= col.count(_MISSING)
+            col = [None if v is _MISSING else v for v in col]
+            found.discard(object)
+            found.add(_NONE)
+        present += n
+        cols[name], kinds[name] = col, found
     extras: list[str | None] = [None] * n
-    for i, e in enumerate(raw):
-        if not e.keys() <= KNOWN_ENTRY_KEYS:
-            extras[i] = bounded_json({k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}, budget, limits)
+    if present != sum(map(len, raw)):  # some entry has keys this frlake does not know
+        for i, e in enumerate(raw):
+            if not e.keys() <= KNOWN_ENTRY_KEYS:
+                extras[i] = bounded_json({k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}, budget, limits)
 
     # Check every raw column's types before anything hashes, repr()s or converts it.
     for name, allowed in _RAW_TYPES.items():
-        _check_scalars(cols[name], name, allowed)
+        wrong = kinds[name] - allowed - {_NONE}
+        if wrong:
+            raise _wrong_type(name, wrong)
     seq = cols["collective_seq_id"]
-    if seq.count(None) == n:  # before torch 2.4: one seq_id for collectives and p2p
+    if kinds["collective_seq_id"] <= {_NONE}:  # before torch 2.4: one seq_id for collectives and p2p
         seq = cols["seq_id"]
     created = cols["time_created_ns"]
-    if created.count(None) == n and cols["time_created_us"].count(None) < n:
+    if kinds["time_created_ns"] <= {_NONE} and not kinds["time_created_us"] <= {_NONE}:
         created = [None if us is None else int(us * 1000) for us in cols["time_created_us"]]
-    pg_name, pg_desc = _process_groups(cols["process_group"], cols["pg_id"])
-    stack_ids, stacks = _stacks(cols["frames"], budget, limits)
+    pg_name, pg_desc = _process_groups(cols["process_group"], kinds["process_group"], cols["pg_id"])
+    stack_ids, stacks = _stacks(cols["frames"], kinds["frames"], budget, limits)
     if encoding == "json":  # JSON writes 0 where pickle writes None
         for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
             cols[name] = [None if v == 0 else v for v in cols[name]]
 
     backend, op, src, dst, derived_p2p = _names(cols["profiling_name"], limits)
-    is_p2p = cols["is_p2p"]
-    if is_p2p.count(None) == n:
-        is_p2p = derived_p2p
+    is_p2p = cols["is_p2p"] if not kinds["is_p2p"] <= {_NONE} else derived_p2p
     thread_id = cols["thread_id"]
-    if any(type(v) is int for v in thread_id):
+    if int in kinds["thread_id"]:
         thread_id = [v if v is None or type(v) is str else str(v) for v in thread_id]
 
     arrays = {
@@ -344,6 +357,8 @@ def _check_string_lists(values: list, name: str, budget: _Budget, limits: Limits
 
 
 _FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
+_MISSING = object()
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 
 
@@ -356,84 +371,85 @@ def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
             raise DumpRejected("too_large", f"field '{name}' holds a string of {longest:,} characters")
 
 
-def _process_groups(groups: list, pg_ids: list) -> tuple[list, list]:
+def _process_groups(groups: list, found: set[type], pg_ids: list) -> tuple[list, list]:
     """Split (name, desc) pairs; before torch 2.4 only the pg_id names a group."""
-    if groups.count(None) == len(groups):
+    if found <= {_NONE}:
         return [None if p is None else str(p) for p in pg_ids], [None] * len(groups)
-    found = set(map(type, groups)) - {tuple, list, _NONE}
-    if found or any(g is not None and len(g) != 2 for g in groups):
+    pairs = [g for g in groups if g is not None] if _NONE in found else groups
+    if found - {tuple, list, _NONE} or set(map(len, pairs)) - {2}:
         raise DumpRejected("bad_schema", "'process_group' is not a (name, desc) pair")
-    names = [None if g is None else g[0] for g in groups]
-    descs = [None if g is None else g[1] for g in groups]
-    _check_scalars(names, "process_group name", _STR | _INT)
-    _check_scalars(descs, "process_group desc", _STR)
-    if any(type(v) is int for v in names):
+    if _NONE in found:
+        names = [None if g is None else g[0] for g in groups]
+        descs = [None if g is None else g[1] for g in groups]
+    else:
+        names, descs = list(map(_FIRST, groups)), list(map(_SECOND, groups))
+    name_kinds = set(map(type, names))
+    if name_kinds - {str, int, _NONE}:
+        raise _wrong_type("process_group name", name_kinds - {str, int, _NONE})
+    if set(map(type, descs)) - {str, _NONE}:
+        raise _wrong_type("process_group desc", set(map(type, descs)) - {str, _NONE})
+    if int in name_kinds:
         names = [v if v is None or type(v) is str else str(v) for v in names]
     return names, descs
 
 
-def _stacks(frames_col: list, budget: _Budget, limits: Limits) -> tuple[list, dict[int, list[dict]]]:
+def _stacks(frames_col: list, found: set[type], budget: _Budget, limits: Limits) -> tuple[list, dict[int, list[dict]]]:
     """Give each entry the id of its stack and keep each distinct stack once.
 
     torch's pickler shares frame dicts between entries, so a stack is first
-    looked up by the identities of its frame objects (cheap), then by content.
+    keyed by the identities of its frame objects (C speed); only each distinct
+    key is read for its content.
     """
-    stack_ids: list[int | None] = [None] * len(frames_col)
+    if found <= {_NONE}:
+        return [None] * len(frames_col), {}
+    if found - {list, _NONE}:
+        raise DumpRejected("bad_schema", "'frames' is not a list of frames")
+    lists = [f for f in frames_col if f is not None] if _NONE in found else frames_col
+    depths = list(map(len, lists))
+    if max(depths) > limits.max_frames:
+        raise DumpRejected("bad_schema", f"'frames' holds more than {limits.max_frames} frames")
+    budget.spend(sum(depths) + len(depths), "frames")
+    if _NONE in found:
+        keys = [None if f is None else tuple(map(id, f)) for f in frames_col]
+    else:
+        keys = list(map(tuple, map(map, repeat(id), frames_col)))
+    by_key = dict(zip(keys, frames_col))  # one frames list per distinct key
     stacks: dict[int, list[dict]] = {}
-    by_list: dict[int, int] = {}
-    by_frame_ids: dict[tuple, int] = {}
     by_content: dict[tuple, int] = {}
-    for i, frames in enumerate(frames_col):
-        if frames is None:
-            continue
-        sid = by_list.get(id(frames))
-        if sid is None:
-            if type(frames) is not list or len(frames) > limits.max_frames:
-                raise DumpRejected("bad_schema", f"entry {i}: 'frames' is not a list of at most {limits.max_frames} frames")
-            budget.spend(len(frames) + 1, "frames")
-            ids = tuple(map(id, frames))
-            sid = by_frame_ids.get(ids)
-            if sid is None:
-                sid = by_frame_ids[ids] = _intern_stack(frames, i, by_content, stacks, limits)
-            by_list[id(frames)] = sid
-        stack_ids[i] = sid
-    return stack_ids, stacks
+    resolved = {key: None if key is None else _intern_stack(frames, by_content, stacks, limits)
+                for key, frames in by_key.items()}
+    return list(map(resolved.__getitem__, keys)), stacks
 
 
-def _intern_stack(frames: list, i: int, by_content: dict, stacks: dict, limits: Limits) -> int:
+def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) -> int:
     if set(map(type, frames)) - {dict}:
-        raise DumpRejected("bad_schema", f"entry {i}: a frame is not a dict")
+        raise DumpRejected("bad_schema", "a frame is not a dict")
     try:
         key = tuple(map(_FRAME_FIELDS, frames))
     except KeyError:
         key = tuple((f.get("name"), f.get("filename"), f.get("line")) for f in frames)
     # Only str, int and None may be hashed: a tuple bomb would hash forever.
     if set(map(type, chain.from_iterable(key))) - {str, int, _NONE}:
-        raise DumpRejected("bad_schema", f"entry {i}: a frame holds something other than a name, file and line")
+        raise DumpRejected("bad_schema", "a frame holds something other than a name, file and line")
     sid = by_content.get(key)
     if sid is None:
         for name, filename, line in key:
             for text in (name, filename):
                 if text is not None and (type(text) is not str or len(text) > limits.max_string):
-                    raise DumpRejected("bad_schema", f"entry {i}: a frame's name or filename is not a short string")
+                    raise DumpRejected("bad_schema", "a frame's name or filename is not a short string")
             if line is not None and type(line) is not int:
-                raise DumpRejected("bad_schema", f"entry {i}: a frame's line is not an integer")
+                raise DumpRejected("bad_schema", "a frame's line is not an integer")
         sid = by_content[key] = stack_id(key)
         stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
     return sid
 
 
 def _names(profiling_names: list, limits: Limits):
-    """Split 'nccl:send 0->1' into backend, op, src and dst, once per distinct name."""
-    cache: dict[object, tuple] = {}
-    n = len(profiling_names)
-    backend, op, src, dst, p2p = ([None] * n for _ in range(5))
-    for i, name in enumerate(profiling_names):
-        parts = cache.get(name)
-        if parts is None:
-            parts = cache[name] = _split_name(name, limits)
-        backend[i], op[i], src[i], dst[i], p2p[i] = parts
-    return backend, op, src, dst, p2p
+    """Split 'nccl:send 0->1' into backend, op, src, dst and is-p2p, once per distinct name."""
+    if not profiling_names:
+        return [], [], [], [], []
+    table = {name: _split_name(name, limits) for name in dict.fromkeys(profiling_names)}
+    return tuple(map(list, zip(*map(table.__getitem__, profiling_names))))
 
 
 def _split_name(name: object, limits: Limits) -> tuple:

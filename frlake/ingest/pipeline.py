@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -31,7 +31,8 @@ from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
-from frlake.ingest.worker import ChunkResult, StagedFile, WorkerContext, cleanup_staged, process_chunk, stacks_table
+from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, after_fork, cleanup_staged, process_chunk,
+                                  stacks_table)
 from frlake.lake import Lake, new_part_name
 
 MAX_REPORTED_REJECTS = 1000
@@ -165,7 +166,11 @@ class _Run:
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
         in_flight: set[Future] = set()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        # fork: workers start at once with frlake already imported; they drop the
+        # parent's database connections without closing them (see after_fork).
+        context = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=after_fork,
+                                 initargs=([self.catalog.engine],)) as pool:
             try:
                 for chunk in chunks:
                     self.batch += 1
@@ -182,7 +187,7 @@ class _Run:
                 raise
 
     def _sources(self, roots: list[Path]) -> Iterator[Source]:
-        for path, st in walk(roots):
+        for path, st in walk(roots, exclude=self.lake.root):
             if is_archive(path):
                 yield from self._archive(path, st)
             else:

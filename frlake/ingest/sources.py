@@ -40,20 +40,22 @@ def is_archive(path: Path) -> bool:
     return name.endswith(ARCHIVE_SUFFIXES)
 
 
-def walk(paths: list[Path]) -> Iterator[tuple[Path, os.stat_result]]:
-    """Every regular file under the given paths, sorted, with its stat."""
+def walk(paths: list[Path], exclude: Path | None = None) -> Iterator[tuple[Path, os.stat_result]]:
+    """Every regular file under the given paths, sorted, with its stat;
+    ``exclude`` (the lake itself, when it lives inside the tree) is skipped."""
+    skip = str(exclude.resolve()) if exclude is not None else None
     for root in paths:
         try:
             st = root.stat()
         except OSError as exc:
             raise FrlakeError(f"cannot read {root}: {exc.strerror}") from None
         if root.is_dir():
-            yield from _walk_dir(root)
+            yield from _walk_dir(root, skip)
         else:
             yield root, st
 
 
-def _walk_dir(folder: Path) -> Iterator[tuple[Path, os.stat_result]]:
+def _walk_dir(folder: Path, skip: str | None) -> Iterator[tuple[Path, os.stat_result]]:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
@@ -63,7 +65,8 @@ def _walk_dir(folder: Path) -> Iterator[tuple[Path, os.stat_result]]:
             continue  # hidden and temporary files (".rank_3.tmp") are never dumps yet
         try:
             if entry.is_dir(follow_symlinks=False):
-                yield from _walk_dir(Path(entry.path))
+                if skip is None or os.path.realpath(entry.path) != skip:
+                    yield from _walk_dir(Path(entry.path), skip)
             elif entry.is_file(follow_symlinks=False):
                 yield Path(entry.path), entry.stat(follow_symlinks=False)
         except OSError:

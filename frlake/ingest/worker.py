@@ -83,6 +83,16 @@ def dump_id_of(sha256: str) -> int:
 _worker_state: dict[str, object] = {}
 
 
+def after_fork(parent_engines: list) -> None:
+    """In a forked worker: forget the parent's pooled connections without
+    closing them (closing would end the parent's sessions), then open our own."""
+    for engine in parent_engines:
+        engine.dispose(close=False)
+    for catalog in _worker_state.values():
+        catalog.engine.dispose(close=False)  # type: ignore[attr-defined]
+    _worker_state.clear()
+
+
 def _catalog(ctx: WorkerContext) -> Catalog:
     cat = _worker_state.get(ctx.db_url)
     if cat is None:
@@ -100,7 +110,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         loaded.append((src, data, sha))
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     now = datetime.now(timezone.utc)
-    per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
+    per_partition: dict[tuple[str, int], dict[str, list]] = {}  # entries: Arrow tables; others: rows
     seen: set[str] = set()
     for src, data, sha in loaded:
         if data is None:
@@ -134,7 +144,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         )
     for (job, attempt), tables in per_partition.items():
         for name, parts in tables.items():
-            table = pa.concat_tables(parts)
+            table = pa.concat_tables(parts) if name == "entries" else pa.Table.from_pylist(parts, schema=schema.TABLES[name])
             rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
             staged, size = lake.stage_table(table, rel)
             result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
@@ -187,11 +197,9 @@ def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: 
     )
     ident_cols = {"dump_id": dump_id, "rank": ident.rank, "host": ident.host}
     if parsed.groups:
-        rows = [{**ident_cols, **g} for g in parsed.groups]
-        tables.setdefault("groups", []).append(pa.Table.from_pylist(rows, schema=schema.GROUPS))
+        tables.setdefault("groups", []).extend({**ident_cols, **g} for g in parsed.groups)
     if parsed.pg_status:
-        rows = [{**ident_cols, **p} for p in parsed.pg_status]
-        tables.setdefault("pg_status", []).append(pa.Table.from_pylist(rows, schema=schema.PG_STATUS))
+        tables.setdefault("pg_status", []).extend({**ident_cols, **p} for p in parsed.pg_status)
     dump_row = {
         **ident_cols,
         "sha256": sha,
@@ -208,7 +216,7 @@ def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: 
         "run_id": run_id,
         "extra": parsed.extra,
     }
-    tables.setdefault("dumps", []).append(pa.Table.from_pylist([dump_row], schema=schema.DUMPS))
+    tables.setdefault("dumps", []).append(dump_row)
 
 
 def stacks_table(stacks: dict[int, list[dict]]) -> pa.Table:
