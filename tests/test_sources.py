@@ -27,8 +27,9 @@ def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus):
     assert (summary.ingested, summary.rejected) == (4, 1)
     assert summary.rejected_files[0]["reason"] == "unsafe_archive_member"
     con = frlake.connect(settings.lake)
-    assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [
-        (0, "gpu-b03"), (1, "gpu-b03"), (2, "gpu-c04"), (3, "gpu-c04")]
+    assert sorted(con.execute("SELECT job, attempt, rank, host FROM dumps").fetchall()) == [
+        ("job-223715", 0, 0, "gpu-b03"), ("job-223715", 0, 1, "gpu-b03"),
+        ("job-223715", 0, 2, "gpu-c04"), ("job-223715", 0, 3, "gpu-c04")]
     assert con.execute("SELECT count(*) FROM dumps WHERE source_path LIKE '%dumps.tar.gz::job-223715/%'").fetchone()[0] == 4
     again = ingest([archive], settings)
     assert (again.ingested, again.unchanged) == (0, 1)

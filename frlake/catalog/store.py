@@ -88,6 +88,23 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class AttemptRow:
+    """An attempt as the jobs page lists it."""
+
+    job: str
+    attempt: int
+    verdict: str | None
+    summary: str | None
+    n_dumps: int
+    hosts: tuple[str, ...]
+    started_ns: int | None
+    last_seen_at: datetime
+    root_rank: int | None
+    root_host: str | None
+    root_reason: str | None
+
+
+@dataclass(frozen=True)
 class AttemptInfo:
     job: str
     attempt: int
@@ -353,6 +370,55 @@ class Catalog:
                 .join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
             )
             return json.loads(report) if report else None
+
+    def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
+                      since_ns: int | None = None, until_ns: int | None = None, offset: int = 0,
+                      limit: int = 50) -> tuple[int, list[AttemptRow]]:
+        """Attempts newest first, filtered; returns (total matching, one page)."""
+        n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
+        root = (select(CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.incident_id)
+                .where(CulpritRow.position == 0).subquery())
+        q = (
+            select(Job.name, Attempt.number, IncidentRow.verdict, IncidentRow.summary, n_dumps, Attempt.started_ns,
+                   Attempt.last_seen_at, root.c.rank, root.c.host, root.c.reason, Attempt.id)
+            .join(Attempt, Attempt.job_id == Job.id)
+            .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+            .outerjoin(root, root.c.incident_id == IncidentRow.id)
+        )
+        if job is not None:
+            q = q.where(Job.name == job)
+        if verdict is not None:
+            q = q.where(IncidentRow.verdict == verdict)
+        if host is not None:
+            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == host).exists()
+                        | (root.c.host == host))
+        if since_ns is not None:
+            q = q.where(Attempt.started_ns >= since_ns)
+        if until_ns is not None:
+            q = q.where(Attempt.started_ns < until_ns)
+        with self.session() as s:
+            total = s.scalar(select(func.count()).select_from(q.subquery()))
+            rows = s.execute(
+                q.order_by(Attempt.started_ns.desc().nulls_last(), Attempt.last_seen_at.desc(), Job.name, Attempt.number)
+                .offset(offset).limit(limit)
+            ).all()
+            hosts: dict[int, set[str]] = {}
+            for chunk in _chunks([r[10] for r in rows]):
+                for attempt_id, h in s.execute(
+                    select(Dump.attempt_id, Dump.host).where(Dump.attempt_id.in_(chunk)).distinct()
+                ):
+                    hosts.setdefault(attempt_id, set()).add(h)
+            out = [
+                AttemptRow(r[0], r[1], r[2], r[3], r[4], tuple(sorted(hosts.get(r[10], ()))), r[5], r[6], r[7], r[8], r[9])
+                for r in rows
+            ]
+            return total or 0, out
+
+    def has_attempt(self, job: str, attempt: int) -> bool:
+        with self.session() as s:
+            return s.scalar(
+                select(Attempt.id).join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
+            ) is not None
 
     def attempt_keys(self) -> list[tuple[str, int]]:
         with self.session() as s:

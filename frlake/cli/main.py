@@ -10,6 +10,7 @@ from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command
 from frlake.cli.report import report_command
+from frlake.cli.serve import serve_command
 
 app = typer.Typer(
     name="frlake",
@@ -32,6 +33,7 @@ app.command("files")(files_command)
 app.command("diagnose")(diagnose_command)
 app.command("rediagnose")(rediagnose_command)
 app.command("report")(report_command)
+app.command("serve")(serve_command)
 app.add_typer(db.app, name="db")
 
 

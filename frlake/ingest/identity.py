@@ -72,7 +72,8 @@ class Layout:
         self._regex = re.compile(r"(?:^|/)" + "/".join(parts) + r"(?:\.[^/.]+)*$")
 
     def match(self, path: str) -> dict[str, str]:
-        m = self._regex.search(path.replace("\\", "/"))
+        # an archive member "x.tar.gz::job/attempt-0/..." is matched as the folder "x.tar.gz/job/..."
+        m = self._regex.search(path.replace("\\", "/").replace("::", "/"))
         return {} if m is None else {k: v for k, v in m.groupdict().items() if v is not None}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import chain
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -79,8 +80,11 @@ def ingest(
     progress: Progress | None = None,
     *,
     keep_file_list: bool = False,
+    sources: Iterable[Source] = (),
 ) -> IngestSummary:
-    """Ingest files, folders and tar archives into the lake. Idempotent."""
+    """Ingest files, folders and tar archives into the lake. Idempotent.
+
+    ``sources`` adds candidates that carry their bytes (uploads)."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
     lake = Lake(settings.lake)
@@ -95,7 +99,7 @@ def ingest(
             summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
             run = _Run(lake, catalog, options, summary, progress, keep_file_list)
             try:
-                run.execute(roots)
+                run.execute(roots, sources)
             except BaseException:
                 catalog.finish_run(summary.run_id, "failed", _counts(summary))
                 raise
@@ -151,8 +155,8 @@ class _Run:
         self.touched: set[tuple[str, int]] = set()
 
     # -- scanning -------------------------------------------------------------
-    def execute(self, roots: list[Path]) -> None:
-        chunks = self._chunks(self._changed(self._sources(roots)))
+    def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
+        chunks = self._chunks(self._changed(chain(extra, self._sources(roots))))
         workers = max(1, self.options.workers)
         if workers == 1:
             for chunk in chunks:

@@ -1,0 +1,115 @@
+"""One attempt seen closely: who arrived late or never arrived, and the
+attempt as a Chrome/Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import duckdb
+
+
+def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
+             last: int = 40, max_ranks: int = 256) -> dict:
+    """Lateness (ms after the first member) of each rank at the last ``last``
+    collectives of one process group, and who never arrived.
+
+    Without ``pg``: the group of the root culprit if there is one, else the
+    group with most members."""
+    params = {"job": job, "attempt": attempt}
+    if pg is None:
+        row = con.execute(
+            "SELECT pg FROM culprits WHERE job = $job AND attempt = $attempt AND position = 0 AND pg IS NOT NULL",
+            params,
+        ).fetchone()
+        if row is None:
+            row = con.execute(
+                """SELECT pg_name FROM groups WHERE job = $job AND attempt = $attempt
+                   GROUP BY pg_name ORDER BY max(group_size) DESC, pg_name LIMIT 1""",
+                params,
+            ).fetchone()
+        if row is None:
+            row = con.execute(
+                """SELECT pg_name FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
+                   GROUP BY pg_name ORDER BY count(DISTINCT rank) DESC, pg_name LIMIT 1""",
+                params,
+            ).fetchone()
+        pg = row[0] if row else None
+    if pg is None:
+        return {"pg": None, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": []}
+    params |= {"pg": pg, "last": last}
+    rows = con.execute(
+        """
+        WITH e AS (
+          SELECT rank, pg_desc, collective_seq_id AS seq, time_created_ns AS t FROM entries
+          WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p
+        ), seqs AS (SELECT DISTINCT seq FROM e ORDER BY seq DESC LIMIT $last),
+        first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
+        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3)
+        FROM e JOIN seqs USING (seq) JOIN first USING (seq) GROUP BY e.rank, e.seq
+        """,
+        params,
+    ).fetchall()
+    members = con.execute(
+        """SELECT list_distinct(flatten(list(ranks))) FROM groups
+           WHERE job = $job AND attempt = $attempt AND pg_name = $pg""",
+        {"job": job, "attempt": attempt, "pg": pg},
+    ).fetchone()[0] or []
+    seqs = sorted({r[1] for r in rows})
+    ranks = sorted(set(members) | {r[0] for r in rows})[:max_ranks]
+    desc = rows[0][2] if rows else None
+    grid = {(r[0], r[1]): r[3] for r in rows}
+    late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]
+    missing = [[rank, seq] for rank in ranks for seq in seqs if (rank, seq) not in grid]
+    return {"pg": pg, "pg_desc": desc, "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing}
+
+
+def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch: int = 50_000) -> Iterator[str]:
+    """The attempt as Chrome trace JSON (opens in Perfetto or chrome://tracing):
+    one process per rank, one track per process group, an ``X`` event per
+    entry. Streamed in pieces, so a 1,000-rank attempt never sits in memory."""
+    params = {"job": job, "attempt": attempt}
+    yield '{"displayTimeUnit": "ms", "traceEvents": [\n'
+    first = True
+    meta = con.execute(
+        """SELECT rank, any_value(host), list(DISTINCT coalesce(pg_desc, '') || ':' || pg_name ORDER BY 1)
+           FROM entries WHERE job = $job AND attempt = $attempt GROUP BY rank ORDER BY rank""",
+        params,
+    ).fetchall()
+    tracks: dict[tuple[int, str], int] = {}
+    for rank, host, groups in meta:
+        events = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank} ({host})"}},
+                  {"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}}]
+        for tid, label in enumerate(groups, 1):
+            tracks[(rank, label.split(":", 1)[1])] = tid
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": f"pg {label}"}})
+        for ev in events:
+            yield ("" if first else ",\n") + json.dumps(ev)
+            first = False
+    cur = con.execute(
+        """
+        SELECT rank, pg_name, profiling_name, collective_seq_id, p2p_seq_id, state, time_created_ns,
+               coalesce(duration_ms * 1000,
+                        (time_discovered_completed_ns - time_created_ns) / 1000,
+                        (lead(time_created_ns) OVER (PARTITION BY rank ORDER BY entry_index) - time_created_ns) / 1000,
+                        1) AS dur_us,
+               input_sizes::VARCHAR, input_dtypes::VARCHAR, record_id
+        FROM entries WHERE job = $job AND attempt = $attempt ORDER BY rank, entry_index
+        """,
+        params,
+    )
+    while True:
+        rows = cur.fetchmany(batch)
+        if not rows:
+            break
+        parts = []
+        for rank, pg, name, seq, p2p_seq, state, t, dur, sizes, dtypes, record in rows:
+            parts.append(json.dumps({
+                "ph": "X", "name": name, "cat": state or "", "pid": rank, "tid": tracks.get((rank, pg), 0),
+                "ts": t / 1000 if t is not None else 0, "dur": max(float(dur or 1), 1.0),
+                "args": {"pg": pg, "seq": seq, "p2p_seq": p2p_seq, "state": state, "sizes": sizes, "dtypes": dtypes,
+                         "record_id": record},
+            }))
+        yield ("" if first else ",\n") + ",\n".join(parts)
+        first = False
+    yield "\n]}\n"

@@ -1,0 +1,79 @@
+"""The web service: ``create_app(config)`` with the ``ui`` and ``api`` blueprints."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from urllib.parse import urlencode
+from decimal import Decimal
+
+from flask import Flask, current_app, g
+from flask.json.provider import DefaultJSONProvider
+
+from frlake.catalog.store import Catalog
+from frlake.server.config import ServerConfig
+
+
+class _JSON(DefaultJSONProvider):
+    sort_keys = False
+
+    @staticmethod
+    def default(o):
+        if isinstance(o, (datetime, date)):
+            return o.isoformat()
+        if isinstance(o, Decimal):
+            return float(o)
+        if isinstance(o, (bytes, bytearray)):
+            return o.hex()
+        return DefaultJSONProvider.default(o)
+
+
+def _ns_time(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _with_page(args, page: int) -> str:
+    query = {k: v for k, v in args.items() if k != "page" and v}
+    query["page"] = page
+    return urlencode(query)
+
+
+def create_app(config: ServerConfig) -> Flask:
+    from frlake.server import api, errors, ui
+
+    app = Flask(__name__)
+    app.json = _JSON(app)
+    app.config["FRLAKE"] = config
+    app.config["MAX_CONTENT_LENGTH"] = config.max_upload_bytes
+    # The catalog is created (or checked) once, at start-up.
+    app.extensions["frlake_catalog"] = Catalog(config.settings.db_url)
+    app.register_blueprint(api.bp, url_prefix="/api")
+    app.register_blueprint(ui.bp)
+    errors.register(app)
+    app.add_template_filter(_ns_time, "ns_time")
+    app.add_template_filter(_with_page, "with_page")
+
+    @app.teardown_appcontext
+    def _close(_exc):
+        con = g.pop("lake_con", None)
+        if con is not None:
+            con.close()
+
+    return app
+
+
+def config() -> ServerConfig:
+    return current_app.config["FRLAKE"]
+
+
+def catalog() -> Catalog:
+    return current_app.extensions["frlake_catalog"]
+
+
+def lake():
+    """A DuckDB connection with the lake's views, one per request."""
+    if "lake_con" not in g:
+        from frlake.query import connect
+
+        s = config().settings
+        g.lake_con = connect(s.lake, s.db_url)
+    return g.lake_con

@@ -1,0 +1,242 @@
+"""The JSON API: every page's twin under /api/ (docs/api.md)."""
+
+from __future__ import annotations
+
+import hmac
+from datetime import date
+
+from flask import Blueprint, Response, jsonify, request, stream_with_context
+
+from frlake.diagnose import diagnose
+from frlake.ingest import IdentityOptions, IngestOptions
+from frlake.ingest.upload import UploadRefused, ingest_upload
+from frlake.query import sandbox
+from frlake.query.attempt import arrivals, perfetto_trace
+from frlake.query.reports import REPORTS, Window
+from frlake.server import catalog, config, lake
+from frlake.server.errors import ApiError
+
+bp = Blueprint("api", __name__)
+
+EXAMPLES = [
+    ("Jobs, attempts and what was found", "SELECT job, attempt, verdict, summary FROM incidents ORDER BY started DESC NULLS LAST"),
+    ("Root causes by host", "SELECT host, reason, count(*) AS attempts FROM culprits WHERE position = 0 GROUP BY ALL ORDER BY attempts DESC"),
+    ("Entries per op", "SELECT op, count(*) AS entries, count(DISTINCT job) AS jobs FROM entries GROUP BY op ORDER BY entries DESC"),
+    ("Ranks that were first to be late", "SELECT job, attempt, rank, host, root_late_events, root_late_ms FROM rank_stats WHERE root_late_events > 0 ORDER BY root_late_events DESC"),
+    ("Files set aside", "SELECT path, reason, detail FROM files WHERE status = 'rejected'"),
+    ("Hosts", "SELECT * FROM hosts ORDER BY attempts DESC"),
+]
+
+
+def require_token() -> None:
+    token = config().token
+    if not token:
+        return
+    given = request.headers.get("Authorization", "")
+    if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())):
+        raise ApiError(401, "unauthorized", "this needs 'Authorization: Bearer <token>' with the server's token")
+
+
+def _date(name: str) -> date | None:
+    text = request.args.get(name)
+    if not text:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"'{name}' must be a date like 2026-11-29, not {text!r}") from None
+
+
+def _int(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
+    text = request.args.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"'{name}' must be a whole number") from None
+    if not lo <= value <= hi:
+        raise ApiError(400, "bad_request", f"'{name}' must be between {lo} and {hi}")
+    return value
+
+
+def attempt_dict(a) -> dict:
+    return {
+        "job": a.job, "attempt": a.attempt, "verdict": a.verdict, "summary": a.summary, "n_dumps": a.n_dumps,
+        "hosts": list(a.hosts), "started_ns": a.started_ns, "last_seen_at": a.last_seen_at,
+        "root": None if a.root_rank is None else {"rank": a.root_rank, "host": a.root_host, "reason": a.root_reason},
+    }
+
+
+def list_attempts_args() -> dict:
+    window = Window(_date("since"), _date("until")).bounds_ns()
+    per_page = _int("per_page", config().page_size, 1, 500)
+    page = _int("page", 1, 1)
+    return {"host": request.args.get("host") or None, "verdict": request.args.get("verdict") or None,
+            "since_ns": window[0], "until_ns": window[1], "offset": (page - 1) * per_page, "limit": per_page,
+            "page": page, "per_page": per_page}
+
+
+@bp.get("/health")
+def health():
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/jobs")
+def jobs():
+    args = list_attempts_args()
+    page, per_page = args.pop("page"), args.pop("per_page")
+    total, rows = catalog().list_attempts(**args)
+    grouped: dict[str, list] = {}
+    for a in rows:
+        grouped.setdefault(a.job, []).append(attempt_dict(a))
+    return jsonify({"total_attempts": total, "page": page, "per_page": per_page,
+                    "jobs": [{"job": j, "attempts": atts} for j, atts in grouped.items()],
+                    "attempts": [attempt_dict(a) for a in rows]})
+
+
+@bp.get("/jobs/<job>")
+def job(job: str):
+    total, rows = catalog().list_attempts(job=job, limit=10_000)
+    if not total:
+        raise ApiError(404, "not_found", f"no job {job!r} in the lake")
+    return jsonify({"job": job, "attempts": [attempt_dict(a) for a in rows]})
+
+
+def _diagnosis(job: str, attempt: int) -> dict:
+    report = catalog().diagnosis(job, attempt)
+    if report is None:  # ingested before diagnoses were stored, or never diagnosed
+        report = diagnose(config().settings, job, attempt).to_dict()
+    return report
+
+
+def _known_attempt(job: str, attempt: int) -> None:
+    if not catalog().has_attempt(job, attempt):
+        raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake")
+
+
+@bp.get("/jobs/<job>/attempts/<int:attempt>")
+def attempt_detail(job: str, attempt: int):
+    _known_attempt(job, attempt)
+    d = _diagnosis(job, attempt)
+    return jsonify({"job": job, "attempt": attempt, "verdict": d["verdict"], "summary": d["summary"],
+                    "diagnosis": d, "progress": d.get("groups", [])})
+
+
+@bp.get("/jobs/<job>/attempts/<int:attempt>/diagnosis")
+def attempt_diagnosis(job: str, attempt: int):
+    _known_attempt(job, attempt)
+    return jsonify(_diagnosis(job, attempt))
+
+
+@bp.get("/jobs/<job>/attempts/<int:attempt>/arrivals")
+def attempt_arrivals(job: str, attempt: int):
+    _known_attempt(job, attempt)
+    return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, _int("last", 40, 1, 500)))
+
+
+@bp.get("/jobs/<job>/attempts/<int:attempt>/trace")
+def attempt_trace(job: str, attempt: int):
+    _known_attempt(job, attempt)
+    from frlake.query import connect
+
+    s = config().settings
+    con = connect(s.lake, s.db_url)
+
+    def body():
+        try:
+            yield from perfetto_trace(con, job, attempt)
+        finally:
+            con.close()
+
+    name = f"{job}-attempt-{attempt}.trace.json".replace('"', "")
+    return Response(stream_with_context(body()), mimetype="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@bp.get("/reports/<name>")
+def report(name: str):
+    if name not in REPORTS:
+        raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
+    rows = REPORTS[name](lake(), Window(_date("since"), _date("until")), _int("limit", 0, 0) or None)
+    return jsonify({"report": name, "rows": rows})
+
+
+@bp.get("/hosts")
+def hosts():
+    return jsonify({"hosts": REPORTS["flaky-hosts"](lake(), Window(_date("since"), _date("until")))})
+
+
+@bp.get("/hosts/<host>")
+def host(host: str):
+    return jsonify(host_history(host))
+
+
+def host_history(host: str) -> dict:
+    con = lake()
+    summary = con.execute("SELECT * FROM hosts WHERE host = ?", [host]).fetchone()
+    if summary is None:
+        raise ApiError(404, "not_found", f"no host {host!r} in the lake")
+    cols = [d[0] for d in con.description]
+    total, attempts = catalog().list_attempts(host=host, limit=500)
+    blamed = con.execute(
+        "SELECT job, attempt, reason, role, position, pg_desc, seq, op FROM culprits WHERE host = ? ORDER BY started DESC",
+        [host],
+    ).fetchall()
+    return {
+        "host": host, "summary": dict(zip(cols, summary)), "attempts_total": total,
+        "attempts": [attempt_dict(a) for a in attempts],
+        "culprit_of": [dict(zip(("job", "attempt", "reason", "role", "position", "pg_desc", "seq", "op"), r)) for r in blamed],
+    }
+
+
+@bp.get("/query/examples")
+def examples():
+    return jsonify({"examples": [{"title": t, "sql": q} for t, q in EXAMPLES]})
+
+
+@bp.post("/query")
+def query():
+    require_token()
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
+        raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
+    from frlake.query import connect
+
+    s = config().settings
+    con = connect(s.lake, s.db_url, read_only=True)
+    try:
+        result = sandbox.run_limited(con, body["sql"], config().query_limits)
+    finally:
+        con.close()
+    return jsonify({"columns": result.columns, "rows": [list(r) for r in result.rows],
+                    "truncated": result.truncated, "seconds": round(result.seconds, 4)})
+
+
+@bp.post("/dumps")
+def upload():
+    require_token()
+    files = request.files.getlist("file")
+    if not files:
+        raise ApiError(400, "bad_request", "send one or more 'file' parts (multipart/form-data)")
+    form = request.form
+
+    def number(name: str) -> int | None:
+        text = form.get(name, "").strip()
+        if not text:
+            return None
+        if not text.isdigit():
+            raise ApiError(400, "bad_request", f"'{name}' must be a whole number")
+        return int(text)
+
+    identity = IdentityOptions(job=form.get("job") or None, attempt=number("attempt"), host=form.get("host") or None,
+                               rank=number("rank"), layout=form.get("layout") or None)
+    try:
+        summary = ingest_upload(config().settings, [(f.filename or "upload", f.read()) for f in files],
+                                IngestOptions(identity=identity, workers=1))
+    except UploadRefused as exc:
+        raise ApiError(400, "upload_refused", str(exc)) from None
+    return jsonify({
+        "ingested": summary.ingested, "already_present": summary.already_present, "rejected": summary.rejected,
+        "files": summary.ingested_files, "rejected_files": summary.rejected_files, "diagnosed": summary.diagnosed,
+    }), 201 if summary.ingested else 200
