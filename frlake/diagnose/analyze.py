@@ -23,8 +23,11 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
 
     mismatches = mismatch.find(con, ev)
     stalls = hang.stalls(ev)
-    slow, lateness = straggler.analyze(con)
-    diag.rank_lateness = [dict(vars(r), host=hosts.get(r.rank)) for r in lateness]
+    slow = None
+    if not mismatches and not any(s.role == "root" for s in stalls):
+        # lateness only means something in an attempt that did not hang
+        slow, lateness = straggler.analyze(con)
+        diag.rank_lateness = [dict(vars(r), host=hosts.get(r.rank)) for r in lateness]
     if mismatches:
         diag.verdict = "mismatch"
         for m in mismatches:

@@ -72,7 +72,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         """
         CREATE OR REPLACE TEMP TABLE _inst AS
         SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
-               count(DISTINCT type_sig) > 1 OR count(DISTINCT size_sig) > 1 OR count(DISTINCT dtype_sig) > 1 AS differ
+               min(type_sig) <> max(type_sig) OR min(size_sig) <> max(size_sig)
+                 OR min(dtype_sig) <> max(dtype_sig) AS differ
         FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1
         """
     )

@@ -183,7 +183,7 @@ def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | Non
 
 
 def _const(value, n: int, typ: pa.DataType) -> pa.Array:
-    return pa.array([value] * n, typ)
+    return pa.repeat(pa.scalar(value, typ), n)
 
 
 def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source, size, run_id, now) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from frlake.config import Settings
 from frlake.errors import FrlakeError
+from frlake.ingest.upload import UploadLimits
 from frlake.query import QueryLimits
 
 
@@ -17,6 +18,7 @@ class ServerConfig:
     max_upload_bytes: int = 1 << 30
     query_limits: QueryLimits = field(default_factory=lambda: QueryLimits(timeout_s=30.0, max_rows=5_000))
     page_size: int = 50
+    upload_limits: UploadLimits = UploadLimits()
 
 
 def is_loopback(host: str) -> bool:

@@ -1,0 +1,272 @@
+"""The JSON API and pages, with Flask's test client over the real corpus."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+
+import pytest
+
+import frlake
+from frlake.config import Settings
+from frlake.errors import FrlakeError
+from frlake.ingest import ingest
+from frlake.server import create_app
+from frlake.server.config import ServerConfig, check_binding
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def client(corpus_lake):
+    return create_app(ServerConfig(corpus_lake)).test_client()
+
+
+@pytest.fixture
+def fresh(tmp_path, corpus):
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([corpus / "job-223715"], settings)
+    app = create_app(ServerConfig(settings, token=TOKEN, max_upload_bytes=2 << 20))
+    return settings, app.test_client()
+
+
+def auth(token=TOKEN):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_jobs_lists_every_attempt_with_its_verdict(client, truth):
+    data = client.get("/api/jobs?per_page=500").get_json()
+    assert data["total_attempts"] == len(truth)
+    got = {(a["job"], a["attempt"]): a for a in data["attempts"]}
+    for case in truth:
+        a = got[(case["job"], case["attempt"])]
+        assert a["verdict"] in {"healthy": ["healthy"], "straggler": ["straggler"]}.get(case["scenario"], ["hang", "mismatch"])
+        if case["culprit_host"]:
+            assert a["root"]["host"] == case["culprit_host"]
+    assert sum(len(j["attempts"]) for j in data["jobs"]) == len(truth)
+    started = [a["started_ns"] for a in data["attempts"]]
+    assert started == sorted(started, reverse=True)  # newest first
+
+
+def test_jobs_filters_and_paging(client):
+    hung = client.get("/api/jobs?verdict=hang").get_json()
+    assert hung["attempts"] and all(a["verdict"] == "hang" for a in hung["attempts"])
+    on_host = client.get("/api/jobs?host=gpu-a01").get_json()
+    assert on_host["attempts"] and all("gpu-a01" in a["hosts"] for a in on_host["attempts"])
+    page1 = client.get("/api/jobs?per_page=7&page=1").get_json()
+    page2 = client.get("/api/jobs?per_page=7&page=2").get_json()
+    assert len(page1["attempts"]) == 7 and page1["attempts"][0] != page2["attempts"][0]
+    assert client.get("/api/jobs?since=2100-01-01").get_json()["total_attempts"] == 0
+
+
+def test_diagnosis_json_is_the_diagnose_json(client):
+    d = client.get("/api/jobs/job-223715/attempts/0/diagnosis").get_json()
+    assert (d["verdict"], d["culprits"][0]["rank"], d["culprits"][0]["host"]) == ("hang", 1, "gpu-b03")
+    assert {"job", "attempt", "verdict", "culprits"} <= d.keys()
+
+
+def test_reports(client):
+    hosts = client.get("/api/reports/flaky-hosts").get_json()["rows"]
+    assert hosts[0]["host"] == "gpu-b03" and {"host", "score", "attempts", "culprit_attempts"} <= hosts[0].keys()
+    slow = client.get("/api/reports/slow-ranks").get_json()["rows"]
+    assert {"job", "rank", "host", "lateness_ms"} <= slow[0].keys()
+    assert client.get("/api/reports/hangs?since=2020-01-01").get_json()["rows"]
+    assert client.get("/api/reports/nope").status_code == 404
+
+
+def test_query_answers_columns_and_rows(client):
+    r = client.post("/api/query", json={"sql": "SELECT job, count(*) AS n FROM dumps GROUP BY job ORDER BY job LIMIT 2"})
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["columns"] == ["job", "n"] and body["rows"] == [["job-20d6d4", 4], ["job-223715", 4]]
+
+
+@pytest.mark.parametrize(
+    "method, url, kwargs, status, code",
+    [
+        ("get", "/api/jobs/nope/attempts/0/diagnosis", {}, 404, "not_found"),
+        ("get", "/api/nothing-here", {}, 404, "not_found"),
+        ("get", "/api/jobs?since=yesterday", {}, 400, "bad_request"),
+        ("post", "/api/query", {"json": {"sql": "COPY dumps TO '/tmp/x.csv'"}}, 400, "query_refused"),
+        ("post", "/api/query", {"json": {"nope": 1}}, 400, "bad_request"),
+        ("post", "/api/query", {"data": "not json"}, 400, "bad_request"),
+        ("delete", "/api/jobs", {}, 405, "method_not_allowed"),
+    ],
+)
+def test_one_error_shape_for_all_errors(client, method, url, kwargs, status, code):
+    r = getattr(client, method)(url, **kwargs)
+    assert r.status_code == status
+    body = r.get_json()
+    assert set(body) == {"error"} and set(body["error"]) == {"status", "code", "message"}
+    assert body["error"]["status"] == status and body["error"]["code"] == code and body["error"]["message"]
+
+
+def test_trace_is_a_perfetto_trace(client):
+    r = client.get("/api/jobs/job-223715/attempts/0/trace")
+    assert r.status_code == 200 and "attachment" in r.headers["Content-Disposition"]
+    trace = json.loads(r.get_data())
+    events = trace["traceEvents"]
+    con = frlake.connect(client.application.config["FRLAKE"].settings.lake)
+    n = con.execute("SELECT count(*) FROM entries WHERE job = 'job-223715' AND attempt = 0").fetchone()[0]
+    assert sum(e["ph"] == "X" for e in events) == n
+    assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(name.startswith("pg tp:") for name in names)
+
+
+def test_pages_render(client):
+    for url in ["/", "/?verdict=hang&host=gpu-b03", "/jobs/job-223715/attempts/0", "/hosts", "/hosts/gpu-b03",
+                "/reports/slow-ranks", "/reports/hangs", "/sql", "/upload"]:
+        r = client.get(url)
+        assert r.status_code == 200, url
+        assert b"<nav>" in r.data
+    page = client.get("/jobs/job-223715/attempts/0").get_data(as_text=True)
+    assert "gpu-b03" in page and "Root cause" in page and "chart.umd.min.js" in page
+    assert client.get("/static/vendor/chart.umd.min.js").status_code == 200
+    assert client.get("/no/such/page").status_code == 404
+
+
+def test_upload_single_dump_and_archive(fresh, corpus):
+    settings, c = fresh
+    one = (corpus / "job-5f5228/attempt-0/gpu-b01/rank_2").read_bytes()
+    r = c.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(one), "rank_2"), "job": "up-1", "attempt": "3",
+                                                   "host": "node-9", "rank": "2"})
+    assert r.status_code == 201, r.get_json()
+    body = r.get_json()
+    assert body["ingested"] == 1 and body["files"][0]["host"] == "node-9" and body["files"][0]["attempt"] == 3
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(corpus / "job-f2518d", arcname="job-f2518d")
+    r = c.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(buf.getvalue()), "dumps.tar.gz"),
+                                                   "layout": "{job}/attempt-{attempt}/{host}/rank_{rank}"})
+    body = r.get_json()
+    assert body["ingested"] == 4 and {f["job"] for f in body["files"]} == {"job-f2518d"}
+    assert body["diagnosed"][0]["culprits"][0]["rank"] == 1
+    garbage = c.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(b"\x80\x04junk"), "rank_0"), "job": "g",
+                                                         "attempt": "0", "host": "h"}).get_json()
+    assert garbage["rejected"] == 1 and garbage["rejected_files"][0]["reason"] == "truncated"
+
+
+def _tar_with(member: tarfile.TarInfo, data: bytes = b"") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.addfile(member, io.BytesIO(data) if data else None)
+    return buf.getvalue()
+
+
+def _symlink():
+    m = tarfile.TarInfo("job/attempt-0/h/rank_0")
+    m.type, m.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    return _tar_with(m)
+
+
+def _escape():
+    m = tarfile.TarInfo("../../etc/rank_0")
+    m.size = 3
+    return _tar_with(m, b"abc")
+
+
+def _device():
+    m = tarfile.TarInfo("job/attempt-0/h/rank_0")
+    m.type = tarfile.CHRTYPE
+    return _tar_with(m)
+
+
+@pytest.mark.parametrize("archive", [_symlink, _escape, _device], ids=["symlink", "escape", "device"])
+def test_unsafe_archives_are_refused_and_write_nothing(fresh, archive):
+    settings, c = fresh
+    before = sorted(p.relative_to(settings.lake) for p in settings.lake.rglob("*") if p.is_file() and "catalog" not in p.name)
+    r = c.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(archive()), "x.tar.gz")})
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "upload_refused"
+    after = sorted(p.relative_to(settings.lake) for p in settings.lake.rglob("*") if p.is_file() and "catalog" not in p.name)
+    assert after == before
+
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, n: int):
+        self.left = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.left)
+        b[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def test_decompression_bomb_is_stopped(tmp_path):
+    from frlake.ingest.upload import UploadLimits
+
+    settings = Settings.resolve(tmp_path / "lake")
+    limits = UploadLimits(max_unpacked_bytes=64 << 20, max_member_bytes=64 << 20)
+    c = create_app(ServerConfig(settings, upload_limits=limits)).test_client()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        member = tarfile.TarInfo("job/attempt-0/h/rank_0")
+        member.size = 200 << 20  # 200 MB of zeros, a fraction of a MB compressed
+        tar.addfile(member, io.BufferedReader(_Zeros(member.size), 1 << 20))
+    assert len(buf.getvalue()) < 1 << 20
+    r = c.post("/api/dumps", data={"file": (io.BytesIO(buf.getvalue()), "bomb.tar.gz")})
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "upload_refused"
+    assert "over the limit" in r.get_json()["error"]["message"]
+    assert not (settings.lake / "tables").exists() or not any((settings.lake / "tables").rglob("*.parquet"))
+
+
+def test_upload_size_cap_is_413(fresh):
+    _, c = fresh
+    r = c.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(b"x" * (3 << 20)), "big")})
+    assert r.status_code == 413 and r.get_json()["error"]["code"] == "request_entity_too_large"
+
+
+def test_token_guards_uploads_and_sql(fresh):
+    _, c = fresh
+    assert c.post("/api/query", json={"sql": "SELECT 1"}).status_code == 401
+    assert c.post("/api/query", json={"sql": "SELECT 1"}, headers=auth("wrong")).status_code == 401
+    assert c.post("/api/query", json={"sql": "SELECT 1"}, headers=auth()).status_code == 200
+    r = c.post("/api/dumps", data={"file": (io.BytesIO(b"x"), "f")})
+    assert r.status_code == 401 and r.get_json()["error"]["code"] == "unauthorized"
+    assert c.get("/api/jobs").status_code == 200  # reading needs no token
+
+
+def test_non_loopback_without_token_is_refused():
+    with pytest.raises(FrlakeError, match="without a token"):
+        check_binding("0.0.0.0", None)
+    check_binding("0.0.0.0", "t")
+    check_binding("127.0.0.1", None)
+    check_binding("::1", None)
+
+
+def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus):
+    settings, c = fresh
+    app = c.application
+    errors = []
+
+    def upload(job):
+        with app.test_client() as tc:
+            data = (corpus / "job-5f5228/attempt-0/gpu-b01/rank_2").read_bytes()
+            r = tc.post("/api/dumps", headers=auth(), data={"file": (io.BytesIO(data), "rank_2"), "job": job,
+                                                            "attempt": "0", "host": "h"})
+            if r.status_code not in (200, 201):
+                errors.append(r.get_json())
+
+    def read():
+        with app.test_client() as tc:
+            for _ in range(5):
+                for url in ("/api/jobs", "/", "/api/reports/flaky-hosts"):
+                    if tc.get(url).status_code != 200:
+                        errors.append(url)
+
+    threads = [threading.Thread(target=upload, args=(f"cc-{i}",)) for i in range(3)] + \
+              [threading.Thread(target=read) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    con = frlake.connect(settings.lake)
+    # the same bytes under three job names: stored once, counted as already present twice
+    assert con.execute("SELECT count(*) FROM dumps WHERE job LIKE 'cc-%'").fetchone()[0] == 1
