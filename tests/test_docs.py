@@ -16,7 +16,7 @@ README = (ROOT / "README.md").read_text()
 SCHEMA = (ROOT / "docs" / "schema.md").read_text()
 runner = CliRunner()
 
-COMMANDS = [["ingest"], ["query"], ["files"], ["diagnose"], ["rediagnose"], ["report"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
+COMMANDS = [["ingest"], ["query"], ["files"], ["diagnose"], ["rediagnose"], ["report"], ["serve"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
 
 
 def _shell_blocks(text: str) -> list[str]:
@@ -56,3 +56,17 @@ def test_example_queries_run(corpus_lake):
     for q in queries:
         q = "\n".join(line for line in q.splitlines() if not line.startswith("--"))
         assert con.execute(q).fetchall() is not None
+
+
+def test_every_api_route_is_documented(tmp_path):
+    from frlake.config import Settings
+    from frlake.server import create_app
+    from frlake.server.config import ServerConfig
+
+    api_doc = (ROOT / "docs" / "api.md").read_text()
+    app = create_app(ServerConfig(Settings.resolve(tmp_path / "lake")))
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint.startswith("api."):
+            path = re.sub(r"<(?:\w+:)?(\w+)>", r"<\1>", rule.rule)
+            path = path.replace("<attempt>", "<n>")
+            assert path in api_doc, f"{path} is not in docs/api.md"

@@ -414,6 +414,18 @@ class Catalog:
             ]
             return total or 0, out
 
+    def version(self) -> tuple:
+        """Changes whenever what the SQL views show changes: new lake files,
+        new or replaced diagnoses, new files seen."""
+        with self.session() as s:
+            return (
+                s.scalar(select(func.max(LakeFile.id)).where(LakeFile.status == "committed")),
+                s.scalar(select(func.max(IncidentRow.id))),
+                s.scalar(select(func.max(SourceFile.id))),
+                s.scalar(select(func.max(IngestRun.id))),
+                s.scalar(select(func.max(Attempt.last_seen_at))),
+            )
+
     def has_attempt(self, job: str, attempt: int) -> bool:
         with self.session() as s:
             return s.scalar(

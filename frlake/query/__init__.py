@@ -24,6 +24,7 @@ def connect(lake: str | Path | None = None, db_url: str | None = None, *, read_o
         con = duckdb.connect(":memory:", config={"threads": 2})
         lake_obj = Lake(settings.lake)
         create_views(con, lake_obj, catalog)
+        con.execute("SET parquet_metadata_cache = true")  # Parquet footers read once per connection
     finally:
         catalog.close()
     if read_only:

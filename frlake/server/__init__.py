@@ -6,7 +6,9 @@ from datetime import date, datetime, timezone
 from urllib.parse import urlencode
 from decimal import Decimal
 
-from flask import Flask, current_app, g
+import threading
+
+from flask import Flask, current_app
 from flask.json.provider import DefaultJSONProvider
 
 from frlake.catalog.store import Catalog
@@ -52,12 +54,6 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(_ns_time, "ns_time")
     app.add_template_filter(_with_page, "with_page")
 
-    @app.teardown_appcontext
-    def _close(_exc):
-        con = g.pop("lake_con", None)
-        if con is not None:
-            con.close()
-
     return app
 
 
@@ -69,11 +65,23 @@ def catalog() -> Catalog:
     return current_app.extensions["frlake_catalog"]
 
 
-def lake():
-    """A DuckDB connection with the lake's views, one per request."""
-    if "lake_con" not in g:
-        from frlake.query import connect
+_local = threading.local()
 
-        s = config().settings
-        g.lake_con = connect(s.lake, s.db_url)
-    return g.lake_con
+
+def lake(read_only: bool = False):
+    """A DuckDB connection with the lake's views (locked down for untrusted
+    SQL when ``read_only``). Each server thread keeps its own and rebuilds it
+    only when the catalog changed (new lake files or diagnoses), so a request
+    costs a query, not a rebuild of the views."""
+    from frlake.query import connect
+
+    s = config().settings
+    version = (s, catalog().version())
+    slot = "sandbox" if read_only else "lake"
+    cached = getattr(_local, slot, None)
+    if cached is None or cached[0] != version:
+        if cached is not None:
+            cached[1].close()
+        cached = (version, connect(s.lake, s.db_url, read_only=read_only))
+        setattr(_local, slot, cached)
+    return cached[1]

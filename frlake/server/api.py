@@ -201,14 +201,7 @@ def query():
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
         raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
-    from frlake.query import connect
-
-    s = config().settings
-    con = connect(s.lake, s.db_url, read_only=True)
-    try:
-        result = sandbox.run_limited(con, body["sql"], config().query_limits)
-    finally:
-        con.close()
+    result = sandbox.run_limited(lake(read_only=True), body["sql"], config().query_limits)
     return jsonify({"columns": result.columns, "rows": [list(r) for r in result.rows],
                     "truncated": result.truncated, "seconds": round(result.seconds, 4)})
 
