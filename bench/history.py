@@ -48,10 +48,11 @@ import json
 import os
 import pickle
 import random
+import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -83,10 +84,6 @@ class AttemptPlan:
     culprit: int | None = None             # culprit rank
     culprit_host: str | None = None
     cause: str = "healthy"                 # healthy, flaky, straggler, background
-
-    @property
-    def n_entries(self) -> int:
-        return 0  # filled by History (entries per rank is a history setting)
 
 
 @dataclass
@@ -241,6 +238,8 @@ def write_attempts(outdir: str | Path, history: History, attempts: list[AttemptP
     saved = synth.T0_NS
     for a in (history.attempts if attempts is None else attempts):
         t0 = time.perf_counter()
+        folder = outdir / a.job / f"attempt-{a.attempt}"
+        shutil.rmtree(folder, ignore_errors=True)  # written again: replace it
         retime = _MODE["retime"] is True
         if not retime:
             synth.T0_NS = a.start_ns - _synth_offset(a.seed)
@@ -250,7 +249,6 @@ def write_attempts(outdir: str | Path, history: History, attempts: list[AttemptP
                               fmt="pickle", procs=procs)
         finally:
             synth.T0_NS = saved
-        folder = outdir / a.job / f"attempt-{a.attempt}"
         if _MODE["retime"] is None:  # check once that the base time took
             got = _first_time(folder)
             _MODE["retime"] = not (0 <= got - a.start_ns < 60 * 10**9)

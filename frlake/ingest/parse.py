@@ -481,12 +481,18 @@ def _parse_ranks(raw: object) -> list[int] | None:
     return None
 
 
+def _mapping(value: object, name: str, budget: _Budget) -> dict:
+    """A top-level table of the dump (pg_config, pg_status): a dict, paid for."""
+    if not isinstance(value, dict):
+        raise DumpRejected("bad_schema", f"'{name}' is a {type(value).__name__}, not a dict")
+    budget.spend(len(value), name)
+    return value
+
+
 def _groups(pg_config: object, budget: _Budget, limits: Limits) -> list[dict]:
     if not pg_config:
         return []
-    if not isinstance(pg_config, dict):
-        raise DumpRejected("bad_schema", f"'pg_config' is a {type(pg_config).__name__}, not a dict")
-    budget.spend(len(pg_config), "pg_config")
+    pg_config = _mapping(pg_config, "pg_config", budget)
     groups = []
     for key, value in pg_config.items():
         if isinstance(value, dict):  # 2.1 and later: {name, desc, ranks: "[0, 1]"}
@@ -526,9 +532,7 @@ def _as_int(value: object) -> int | None:
 def _pg_status(status: object, budget: _Budget, limits: Limits) -> list[dict]:
     if not status:
         return []
-    if not isinstance(status, dict):
-        raise DumpRejected("bad_schema", f"'pg_status' is a {type(status).__name__}, not a dict")
-    budget.spend(len(status), "pg_status")
+    status = _mapping(status, "pg_status", budget)
     rows = []
     for key, value in status.items():
         if not isinstance(value, dict):
