@@ -67,6 +67,14 @@ def test_diagnosis_json_is_the_diagnose_json(client):
     assert {"job", "attempt", "verdict", "culprits"} <= d.keys()
 
 
+def test_progress_per_group_and_rank(client):
+    groups = client.get("/api/jobs/job-223715/attempts/0/progress").get_json()["groups"]
+    tp = next(g for g in groups if g["pg"] == "1")
+    last = {r["rank"]: r["last_enqueued"] for r in tp["ranks"]}
+    assert last == {0: 4, 1: 3}  # rank 1 never enqueued the 4th all_gather of its tp group
+    assert all(r["last_completed"] is not None for g in groups for r in g["ranks"])  # from pg_status
+
+
 def test_reports(client):
     hosts = client.get("/api/reports/flaky-hosts").get_json()["rows"]
     assert hosts[0]["host"] == "gpu-b03" and {"host", "score", "attempts", "culprit_attempts"} <= hosts[0].keys()

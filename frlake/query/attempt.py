@@ -113,3 +113,34 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch
         yield ("" if first else ",\n") + ",\n".join(parts)
         first = False
     yield "\n]}\n"
+
+
+def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
+    """Per process group and rank: the last collective sequence id enqueued,
+    started and completed (from the entries, and from pg_status where the
+    dump has it), so a stalled group shows who is behind."""
+    rows = con.execute(
+        """
+        WITH e AS (
+          SELECT pg_name, any_value(pg_desc) AS pg_desc, rank, any_value(host) AS host, any_value(pg_id) AS pg_id,
+                 max(collective_seq_id) AS last_enqueued,
+                 max(collective_seq_id) FILTER (WHERE state IN ('started', 'completed')) AS last_started,
+                 max(collective_seq_id) FILTER (WHERE state = 'completed') AS last_completed
+          FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name, rank
+        )
+        SELECT e.pg_name, e.pg_desc, e.rank, e.host,
+               greatest(e.last_enqueued, s.last_enqueued_collective) AS last_enqueued,
+               CASE WHEN s.last_started_collective >= 0 THEN s.last_started_collective ELSE e.last_started END,
+               coalesce(s.last_completed_collective, e.last_completed) AS last_completed
+        FROM e LEFT JOIN pg_status s
+          ON s.job = $job AND s.attempt = $attempt AND s.rank = e.rank AND s.pg_id = e.pg_id::VARCHAR
+        ORDER BY e.pg_desc, e.pg_name, e.rank
+        """,
+        {"job": job, "attempt": attempt},
+    ).fetchall()
+    groups: dict[str, dict] = {}
+    for pg, desc, rank, host, enq, started, completed in rows:
+        g = groups.setdefault(pg, {"pg": pg, "pg_desc": desc, "ranks": []})
+        g["ranks"].append({"rank": rank, "host": host, "last_enqueued": enq, "last_started": started,
+                           "last_completed": completed})
+    return list(groups.values())

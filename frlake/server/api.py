@@ -11,7 +11,7 @@ from frlake.diagnose import diagnose
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadRefused, ingest_upload
 from frlake.query import sandbox
-from frlake.query.attempt import arrivals, perfetto_trace
+from frlake.query.attempt import arrivals, perfetto_trace, progress
 from frlake.query.reports import REPORTS, Window
 from frlake.server import catalog, config, lake
 from frlake.server.errors import ApiError
@@ -120,7 +120,13 @@ def attempt_detail(job: str, attempt: int):
     _known_attempt(job, attempt)
     d = _diagnosis(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d["verdict"], "summary": d["summary"],
-                    "diagnosis": d, "progress": d.get("groups", [])})
+                    "diagnosis": d, "progress": progress(lake(), job, attempt)})
+
+
+@bp.get("/jobs/<job>/attempts/<int:attempt>/progress")
+def attempt_progress(job: str, attempt: int):
+    _known_attempt(job, attempt)
+    return jsonify({"job": job, "attempt": attempt, "groups": progress(lake(), job, attempt)})
 
 
 @bp.get("/jobs/<job>/attempts/<int:attempt>/diagnosis")

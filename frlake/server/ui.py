@@ -23,8 +23,10 @@ def jobs():
 @bp.get("/jobs/<job>/attempts/<int:attempt>")
 def attempt(job: str, attempt: int):
     api._known_attempt(job, attempt)
+    from frlake.query.attempt import progress
+
     d = api._diagnosis(job, attempt)
-    return render_template("attempt.html", job=job, attempt=attempt, d=d)
+    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt))
 
 
 @bp.get("/hosts")
