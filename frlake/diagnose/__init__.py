@@ -16,7 +16,7 @@ def diagnose(settings: Settings, job: str, attempt: int | None = None, *, store:
     """Diagnose one attempt of a job (default: its latest attempt) and store it."""
     from frlake.query import connect
 
-    con = connect(settings.lake, settings.db_url)
+    con = connect(settings.lake, settings.db_url, catalog_views=())
     try:
         if attempt is None:
             row = con.execute("SELECT max(attempt) FROM dumps WHERE job = ?", [job]).fetchone()
@@ -47,7 +47,7 @@ def diagnose_many(settings: Settings, attempts: Iterable[tuple[str, int]] | None
         keys = list(attempts) if attempts is not None else catalog.attempt_keys()
         if not keys:
             return []
-        con = connect(settings.lake, settings.db_url)
+        con = connect(settings.lake, settings.db_url, catalog_views=())
         try:
             out = []
             for job, attempt in keys:

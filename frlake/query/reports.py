@@ -144,6 +144,8 @@ def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int 
     return _rows(con, sql, window, limit)
 
 
+REPORT_VIEWS = ("attempts", "culprits", "rank_stats")  # the catalog views the reports read
+
 REPORTS: dict[str, Callable[..., list[dict]]] = {
     "flaky-hosts": flaky_hosts,
     "slow-ranks": slow_ranks,
@@ -158,7 +160,7 @@ def run(settings, name: str, window: Window = Window(), limit: int | None = None
 
     if name not in REPORTS:
         raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
-    con = connect(settings.lake, settings.db_url)
+    con = connect(settings.lake, settings.db_url, catalog_views=REPORT_VIEWS)
     try:
         return REPORTS[name](con, window, limit)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import duckdb
 import pyarrow as pa
 
@@ -40,7 +42,8 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog) -> None:
+def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
+                 catalog_views: Iterable[str] | None = None) -> None:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables."""
     for name, table_schema in schema.TABLES.items():
@@ -58,7 +61,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog) -
             empty = pa.schema(fields).empty_table()
             con.register(f"__empty_{name}", empty)
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__empty_{name}')}")
-    for name in CATALOG_VIEWS:
+    for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
         con.register(f"__catalog_{name}", catalog.table_arrow(name))
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__catalog_{name}')}")
     for name, sql in _DERIVED.items():

@@ -147,7 +147,7 @@ def attempt_trace(job: str, attempt: int):
     from frlake.query import connect
 
     s = config().settings
-    con = connect(s.lake, s.db_url)
+    con = connect(s.lake, s.db_url, catalog_views=())
 
     def body():
         try:
