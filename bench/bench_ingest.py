@@ -9,7 +9,7 @@ run and from a warm page cache times:
               Parquet, catalog);
   * ingest 2: the same with --workers 2, into a fresh lake;
   * rescan  : a no-op re-run over the same tree (nothing changed), and over a
-              tree of --rescan-files files (hard links to the job's files).
+              tree of --rescan-files files (hard links to the shared corpus).
 Prints the ratios and writes bench/results/ingest.json.
 """
 
@@ -29,6 +29,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from synth import write_job  # noqa: E402
+
+CORPUS = HERE.parent.parent / "shared" / "corpus" / "visible"
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions, ingest  # noqa: E402
@@ -85,16 +87,20 @@ def main() -> None:
     results["parquet_bytes"] = tree_bytes(lake.lake / "tables")
     results["raw_copy_bytes"] = tree_bytes(lake.lake / "raw")
 
-    # A no-op re-scan of a large tree: hard links, so no extra disk.
+    # A no-op re-scan of a large tree: hard links to the (small) corpus dumps, so no extra disk.
+    corpus = sorted(p for p in CORPUS.rglob("rank_*") if p.is_file())
     big = work / "many"
     n = 0
     while n < args.rescan_files:
-        for p in files:
+        for p in corpus:
             if n >= args.rescan_files:
                 break
-            target = big / f"job-{n // len(files):05d}" / "attempt-0" / p.parent.name / p.name
+            target = big / f"job-{n // len(corpus):05d}" / "attempt-0" / p.parent.name / p.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(p, target)
+            try:
+                os.link(p, target)
+            except OSError:  # another filesystem: a copy will do
+                shutil.copy(p, target)
             n += 1
     many_lake = Settings.resolve(work / "lake-many")
     t_first, first = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
