@@ -208,16 +208,14 @@ class Catalog:
             for chunk in _chunks(list(ids)):
                 s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
 
-    def lake_files(self, table: str) -> list[str]:
-        """Relative paths of the committed Parquet files of one table."""
+    def lake_files(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
+        """Relative paths of the committed Parquet files of one table (of one
+        job and attempt, if ``partition`` is given)."""
+        q = select(LakeFile.path).where(LakeFile.table_name == table, LakeFile.status == "committed")
+        if partition is not None:
+            q = q.where(LakeFile.job == partition[0], LakeFile.attempt == partition[1])
         with self.session() as s:
-            return list(
-                s.scalars(
-                    select(LakeFile.path)
-                    .where(LakeFile.table_name == table, LakeFile.status == "committed")
-                    .order_by(LakeFile.id)
-                )
-            )
+            return list(s.scalars(q.order_by(LakeFile.id)))
 
     def commit_batch(
         self,
@@ -432,11 +430,12 @@ class Catalog:
                 select(Attempt.id).join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
             ) is not None
 
-    def attempt_keys(self) -> list[tuple[str, int]]:
+    def attempt_keys(self, job: str | None = None) -> list[tuple[str, int]]:
+        q = select(Job.name, Attempt.number).join(Attempt, Attempt.job_id == Job.id).order_by(Job.name, Attempt.number)
+        if job is not None:
+            q = q.where(Job.name == job)
         with self.session() as s:
-            return [tuple(r) for r in s.execute(
-                select(Job.name, Attempt.number).join(Attempt, Attempt.job_id == Job.id).order_by(Job.name, Attempt.number)
-            )]
+            return [tuple(r) for r in s.execute(q)]
 
     def table_arrow(self, name: str) -> pa.Table:
         """A catalog table as Arrow, for the SQL views."""

@@ -49,7 +49,7 @@ def rediagnose_command(
             from frlake.catalog.store import Catalog
 
             catalog = Catalog(cfg.db_url)
-            keys = [k for k in catalog.attempt_keys() if k[0] == job]
+            keys = catalog.attempt_keys(job)
             catalog.close()
         results = diagnose_many(cfg, keys)
     rows = [[d.job, d.attempt, d.verdict, d.root.rank if d.root else None, d.root.host if d.root else None,

@@ -16,47 +16,45 @@ def diagnose(settings: Settings, job: str, attempt: int | None = None, *, store:
     """Diagnose one attempt of a job (default: its latest attempt) and store it."""
     from frlake.query import connect
 
-    con = connect(settings.lake, settings.db_url, catalog_views=())
+    catalog = Catalog(settings.db_url)
     try:
+        numbers = [a for _, a in catalog.attempt_keys(job)] if attempt is None else []
         if attempt is None:
-            row = con.execute("SELECT max(attempt) FROM dumps WHERE job = ?", [job]).fetchone()
-            if row is None or row[0] is None:
+            if not numbers:
                 raise FrlakeError(f"the lake has no dumps of job {job!r}")
-            attempt = row[0]
-        elif not con.execute("SELECT 1 FROM dumps WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchone():
+            attempt = max(numbers)
+        elif not catalog.has_attempt(job, attempt):
             raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
-        diag = diagnose_attempt(con, job, attempt)
-    finally:
-        con.close()
-    if store:
-        catalog = Catalog(settings.db_url)
+        con = connect(settings.lake, settings.db_url, catalog_views=(), partition=(job, attempt))
         try:
-            save(catalog, diag)
+            diag = diagnose_attempt(con, job, attempt)
         finally:
-            catalog.close()
-    return diag
+            con.close()
+        if store:
+            save(catalog, diag)
+        return diag
+    finally:
+        catalog.close()
 
 
 def diagnose_many(settings: Settings, attempts: Iterable[tuple[str, int]] | None = None) -> list[Diagnosis]:
     """Diagnose and store the given attempts, or every attempt in the lake
-    (after the algorithm improved: ``frlake rediagnose``)."""
+    (after the algorithm improved: ``frlake rediagnose``). Each attempt is
+    read through views over its own files only."""
     from frlake.query import connect
 
     catalog = Catalog(settings.db_url)
     try:
-        keys = list(attempts) if attempts is not None else catalog.attempt_keys()
-        if not keys:
-            return []
-        con = connect(settings.lake, settings.db_url, catalog_views=())
-        try:
-            out = []
-            for job, attempt in keys:
+        out = []
+        for job, attempt in (list(attempts) if attempts is not None else catalog.attempt_keys()):
+            con = connect(settings.lake, settings.db_url, catalog_views=(), partition=(job, attempt))
+            try:
                 diag = diagnose_attempt(con, job, attempt)
-                save(catalog, diag)
-                out.append(diag)
-            return out
-        finally:
-            con.close()
+            finally:
+                con.close()
+            save(catalog, diag)
+            out.append(diag)
+        return out
     finally:
         catalog.close()
 

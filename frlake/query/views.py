@@ -43,12 +43,12 @@ def _sql_str(text: str) -> str:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
-                 catalog_views: Iterable[str] | None = None) -> None:
+                 catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None) -> None:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables."""
     for name, table_schema in schema.TABLES.items():
-        files = [str(lake.root / p) for p in catalog.lake_files(name)]
         partitioned = name in schema.PARTITIONED
+        files = [str(lake.root / p) for p in catalog.lake_files(name, partition if partitioned else None)]
         if files:
             listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
             options = f"hive_partitioning = {str(partitioned).lower()}, union_by_name = true"
