@@ -201,8 +201,7 @@ def measure(settings: Settings, repeat: int, probe: tuple[str, int], truth: dict
                                   for r in rows["flaky-hosts"][:6]],
                   "slow-ranks": [{k: r[k] for k in ("job", "rank", "host", "lateness_ms", "straggler_attempts")}
                                  for r in rows["slow-ranks"][:5]],
-                  "hangs": [{k: (str(r[k]) if k == "last_seen" else r[k])
-                             for k in ("attempts", "jobs", "reason", "op", "pg_desc", "top_frame")}
+                  "hangs": [{k: r[k] for k in ("attempts", "jobs", "reason", "op", "pg_desc", "top_frame")}
                             for r in rows["hangs"][:5]]}
     return res
 

@@ -51,7 +51,9 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         files = [str(lake.root / p) for p in catalog.lake_files(name, partition if partitioned else None)]
         if files:
             listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
-            options = f"hive_partitioning = {str(partitioned).lower()}, union_by_name = true"
+            # Every file of a table is written with frlake.schema's columns, so no union_by_name:
+            # it would make DuckDB read every file's footer to build the view.
+            options = f"hive_partitioning = {str(partitioned).lower()}"
             if partitioned:
                 options += f", hive_types = {_HIVE_TYPES}"
             source = f"read_parquet({listing}, {options})"
