@@ -16,6 +16,7 @@ Prints the ratios and writes bench/results/ingest.json.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import pickle
@@ -87,7 +88,8 @@ def main() -> None:
     results["parquet_bytes"] = tree_bytes(lake.lake / "tables")
     results["raw_copy_bytes"] = tree_bytes(lake.lake / "raw")
 
-    # A no-op re-scan of a large tree: hard links to the (small) corpus dumps, so no extra disk.
+    # A no-op re-scan of a large tree: copies of the corpus made of hard links (no extra disk).
+    # Every link gets its own new path; nothing is ever written through a link.
     corpus = sorted(p for p in CORPUS.rglob("rank_*") if p.is_file())
     big = work / "many"
     n = 0
@@ -95,12 +97,14 @@ def main() -> None:
         for p in corpus:
             if n >= args.rescan_files:
                 break
-            target = big / f"job-{n // len(corpus):05d}" / "attempt-0" / p.parent.name / p.name
+            target = big / f"copy-{n // len(corpus):05d}" / p.relative_to(CORPUS)
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.link(p, target)
-            except OSError:  # another filesystem: a copy will do
-                shutil.copy(p, target)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copy(p, target)  # another filesystem: target is new, so a copy is safe
             n += 1
     many_lake = Settings.resolve(work / "lake-many")
     t_first, first = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
