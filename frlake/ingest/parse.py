@@ -315,40 +315,30 @@ def _wrong_type(name: str, found: set[type]) -> DumpRejected:
     return DumpRejected("bad_schema", f"field '{name}' holds a value of type {names}")
 
 
-def _check_scalars(values: list, name: str, allowed: set[type]) -> None:
-    found = set(map(type, values)) - allowed - {_NONE}
+def _flatten(values: list, name: str, budget: _Budget, max_len: int, what: str) -> list:
+    """One level of nesting: every value a list (or None) of at most
+    ``max_len`` items, paid for; returns the items."""
+    lists = [v for v in values if v is not None]
+    found = set(map(type, lists)) - {list}
     if found:
         raise _wrong_type(name, found)
+    if lists and max(map(len, lists)) > max_len:
+        raise DumpRejected("bad_schema", f"field '{name}' has {what} with more than {max_len:,} items")
+    budget.spend(sum(map(len, lists)), name)
+    return list(chain.from_iterable(lists))
 
 
 def _check_sizes(values: list, name: str, budget: _Budget, limits: Limits) -> None:
     """Tensor shapes: lists of lists of ints, bounded before Arrow expands them."""
-    shapes = [v for v in values if v is not None]
-    found = set(map(type, shapes)) - {list}
-    if found:
-        raise _wrong_type(name, found)
-    if shapes and max(map(len, shapes)) > limits.max_tensors_per_entry:
-        raise DumpRejected("bad_schema", f"field '{name}' lists more than {limits.max_tensors_per_entry} tensors")
-    budget.spend(sum(map(len, shapes)), name)
-    tensors = list(chain.from_iterable(shapes))
-    found = set(map(type, tensors)) - {list}
-    if found:
-        raise _wrong_type(name, found)
-    if tensors and max(map(len, tensors)) > limits.max_dims:
-        raise DumpRejected("bad_schema", f"field '{name}' has a tensor with more than {limits.max_dims} dimensions")
-    budget.spend(sum(map(len, tensors)), name)
-    found = set(map(type, chain.from_iterable(tensors))) - {int}
+    tensors = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list of tensors")
+    dims = _flatten(tensors, name, budget, limits.max_dims, "a tensor shape")
+    found = set(map(type, dims)) - {int}
     if found:
         raise _wrong_type(name, found)
 
 
 def _check_string_lists(values: list, name: str, budget: _Budget, limits: Limits) -> None:
-    lists = [v for v in values if v is not None]
-    found = set(map(type, lists)) - {list}
-    if found:
-        raise _wrong_type(name, found)
-    budget.spend(sum(map(len, lists)), name)
-    items = list(chain.from_iterable(lists))
+    items = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list")
     found = set(map(type, items)) - {str}
     if found:
         raise _wrong_type(name, found)
