@@ -73,3 +73,37 @@ def test_head_revision_constant_matches_the_migrations():
 
     cfg = db.alembic_config(db.make_engine("sqlite://"))
     assert ScriptDirectory.from_config(cfg).get_current_head() == db.head_revision()
+
+
+def test_a_migration_killed_half_way_leaves_an_empty_catalog(tmp_path):
+    """DDL on SQLite is transactional here: a kill during the first migration
+    rolls everything back, and the next run creates the catalog."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    code = (
+        "import os, signal\n"
+        "from sqlalchemy import event\n"
+        "from frlake.catalog import db\n"
+        f"engine = db.make_engine({url!r})\n"
+        "n = [0]\n"
+        "@event.listens_for(engine, 'before_cursor_execute')\n"
+        "def kill_on_third_table(conn, cursor, statement, *a):\n"
+        "    if statement.lstrip().upper().startswith('CREATE TABLE'):\n"
+        "        n[0] += 1\n"
+        "        if n[0] == 3:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "db.upgrade(engine)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    engine = db.make_engine(url)
+    assert inspect(engine).get_table_names() == []
+    catalog = Catalog(url)  # a brand-new database again: created, not refused
+    assert db.current_revision(catalog.engine) == db.head_revision()
+    catalog.close()
+    engine.dispose()
+    assert os.path.exists(tmp_path / "c.db")

@@ -27,11 +27,19 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every sqlite test
+            # Let SQLAlchemy, not the sqlite3 module, open transactions: the module
+            # would commit before every CREATE TABLE, so a migration killed half
+            # way would leave a catalog with some tables and no revision.
+            dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):  # pragma: no cover - exercised by every sqlite test
+            conn.exec_driver_sql("BEGIN")
 
         return engine
     if url.startswith("postgresql://"):

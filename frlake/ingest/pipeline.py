@@ -32,8 +32,7 @@ from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
-from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, after_fork, cleanup_staged, process_chunk,
-                                  stacks_table)
+from frlake.ingest.worker import ChunkResult, StagedFile, WorkerContext, cleanup_staged, process_chunk, stacks_table
 from frlake.lake import Lake, new_part_name
 
 MAX_REPORTED_REJECTS = 1000
@@ -140,6 +139,18 @@ def known_stack_ids(lake: Lake, catalog: Catalog) -> set[int]:
     return ids
 
 
+def _pool_context():
+    """Workers start from a forkserver that has imported the worker module
+    once: quick to start, and never a fork of this process, which may hold
+    threads (a progress bar, a server, native libraries) and open database
+    connections that a forked child must not inherit."""
+    if "forkserver" in get_all_start_methods():
+        context = get_context("forkserver")
+        context.set_forkserver_preload(["frlake.ingest.worker"])
+        return context
+    return get_context("spawn")
+
+
 class _Run:
     def __init__(self, lake: Lake, catalog: Catalog, options: IngestOptions, summary: IngestSummary,
                  progress: Progress | None, keep_file_list: bool):
@@ -170,11 +181,7 @@ class _Run:
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
         in_flight: set[Future] = set()
-        # fork: workers start at once with frlake already imported; they drop the
-        # parent's database connections without closing them (see after_fork).
-        context = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=after_fork,
-                                 initargs=([self.catalog.engine],)) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
             try:
                 for chunk in chunks:
                     self.batch += 1

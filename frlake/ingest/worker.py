@@ -83,16 +83,6 @@ def dump_id_of(sha256: str) -> int:
 _worker_state: dict[str, object] = {}
 
 
-def after_fork(parent_engines: list) -> None:
-    """In a forked worker: forget the parent's pooled connections without
-    closing them (closing would end the parent's sessions), then open our own."""
-    for engine in parent_engines:
-        engine.dispose(close=False)
-    for catalog in _worker_state.values():
-        catalog.engine.dispose(close=False)  # type: ignore[attr-defined]
-    _worker_state.clear()
-
-
 def _catalog(ctx: WorkerContext) -> Catalog:
     cat = _worker_state.get(ctx.db_url)
     if cat is None:
