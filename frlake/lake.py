@@ -26,7 +26,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,9 +52,6 @@ def partition_value(value: object) -> str:
     """Escape a job name or attempt for a Hive folder name (as Hive and Spark do)."""
     return quote(str(value), safe="-_.~@+")
 
-
-def unescape_partition(text: str) -> str:
-    return unquote(text)
 
 
 class Lake:
@@ -109,7 +106,7 @@ class Lake:
             parts += [f"job={partition_value(job)}", f"attempt={partition_value(attempt)}"]
         return "/".join(parts + [name])
 
-    def stage_table(self, table: pa.Table, rel_path: str) -> tuple[Path, int]:
+    def stage_table(self, table: pa.Table) -> tuple[Path, int]:
         """Write a Parquet file under .staging; returns (staged path, bytes)."""
         staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
         staged.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pyarrow as pa
 
 PARTITION_FIELDS = [pa.field("job", pa.string()), pa.field("attempt", pa.int64())]
-PARTITIONING = pa.schema(PARTITION_FIELDS)
 
 _SIZES = pa.list_(pa.list_(pa.int64()))
 _DTYPES = pa.list_(pa.string())

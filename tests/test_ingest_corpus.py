@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -139,3 +140,14 @@ def test_explicit_options_win_over_the_layout(tmp_path, corpus):
     assert con.execute("SELECT DISTINCT job, attempt FROM dumps").fetchall() == [("renamed", 5)]
     assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [
         (0, "gpu-b03"), (1, "gpu-b03"), (2, "gpu-c04"), (3, "gpu-c04")]
+
+
+def test_original_bytes_are_kept_and_come_back_exactly(corpus, corpus_lake):
+    from frlake.lake import Lake
+
+    lake = Lake(corpus_lake.lake)
+    con = frlake.connect(corpus_lake.lake)
+    for path, sha in con.execute("SELECT source_path, sha256 FROM dumps").fetchall():
+        data = lake.read_raw(sha)
+        assert hashlib.sha256(data).hexdigest() == sha
+        assert data == (corpus / path.split("visible/", 1)[1]).read_bytes()

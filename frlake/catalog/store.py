@@ -76,18 +76,6 @@ class LakeFileSpec:
 
 
 @dataclass(frozen=True)
-class RunSummary:
-    id: int
-    started_at: datetime
-    finished_at: datetime | None
-    status: str
-    n_ingested: int
-    n_duplicate: int
-    n_rejected: int
-    n_unchanged: int
-
-
-@dataclass(frozen=True)
 class AttemptRow:
     """An attempt as the jobs page lists it."""
 
@@ -155,14 +143,6 @@ class Catalog:
                 .where(IngestRun.id == run_id)
                 .values(finished_at=utcnow(), status=status, **{f"n_{k}": v for k, v in counts.items()})
             )
-
-    def runs(self, limit: int = 20) -> list[RunSummary]:
-        with self.session() as s:
-            rows = s.scalars(select(IngestRun).order_by(IngestRun.id.desc()).limit(limit)).all()
-            return [
-                RunSummary(r.id, r.started_at, r.finished_at, r.status, r.n_ingested, r.n_duplicate, r.n_rejected, r.n_unchanged)
-                for r in rows
-            ]
 
     # -- what was seen ------------------------------------------------------
     def current_files(self, paths: Sequence[str]) -> dict[str, FileState]:

@@ -38,7 +38,6 @@ class Evidence:
     last_seq: dict[tuple[int, str], int]  # (rank, pg) -> last collective seq enqueued
     first_seq: dict[tuple[int, str], int]
     last: dict[int, LastEntry]  # where each rank is stuck: its first unfinished entry, else its last
-    n_entries: int = 0
     world: list[int] = field(default_factory=list)
 
 
@@ -121,12 +120,11 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         if is_p2p and src is not None and dst is not None:
             peer = _global_peer(members.get(pg), rank, src, dst)
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
-    n_entries = con.execute("SELECT count(*) FROM _e").fetchone()[0]
     world = set(hosts)
     for ranks in members.values():
         world.update(ranks)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in members.items()}, desc,
-                    last_seq, first_seq, last, n_entries, sorted(world))
+                    last_seq, first_seq, last, sorted(world))
 
 
 def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:

@@ -104,7 +104,7 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
         row = con.execute(
             """
             SELECT e.pg_desc, e.op, e.input_sizes::VARCHAR, e.output_sizes::VARCHAR, e.input_dtypes::VARCHAR,
-                   e.output_dtypes::VARCHAR, e.time_created_ns, e.stack_id
+                   e.time_created_ns, e.stack_id
             FROM entries e JOIN _d d USING (dump_id)
             WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.pg_name = $pg
               AND e.collective_seq_id = $seq AND NOT e.is_p2p
@@ -121,7 +121,7 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
             """,
             {"job": ev.job, "attempt": ev.attempt, "rank": rank, "desc": row[0], "seq": seq},
         ).fetchone()
-        desc, op, in_sizes, out_sizes, in_dtypes, out_dtypes, t, stack_id = row
+        desc, op, in_sizes, out_sizes, in_dtypes, t, stack_id = row
         if reason == "type_mismatch":
             expected, got = peers[0], op
         elif reason == "size_mismatch":

@@ -258,7 +258,7 @@ class _Run:
             if new_stacks:
                 table = stacks_table(new_stacks)
                 rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
-                staged, size = self.lake.stage_table(table, rel)
+                staged, size = self.lake.stage_table(table)
                 result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
             specs = [LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes) for s in result.staged]
             ids = self.catalog.add_pending(self.summary.run_id, specs) if specs else []
@@ -293,7 +293,7 @@ class _Run:
             table = pq.read_table(s.staged)
             table = table.filter(pc.invert(pc.is_in(table["dump_id"], value_set=pa.array(list(dropped), pa.int64()))))
             if table.num_rows:
-                restaged, size = self.lake.stage_table(table, s.rel_path)
+                restaged, size = self.lake.stage_table(table)
                 Path(s.staged).unlink()
                 s.staged, s.rows, s.bytes = str(restaged), table.num_rows, size
                 kept.append(s)

@@ -20,7 +20,6 @@ from frlake.errors import FrlakeError
 from frlake.ingest.pipeline import IngestOptions, IngestSummary, ingest
 from frlake.ingest.sources import ARCHIVE_SEP, Source
 
-ARCHIVE_MAGIC = (b"\x1f\x8b",)  # gzip; plain tar is recognised by tarfile itself
 
 
 class UploadRefused(FrlakeError):

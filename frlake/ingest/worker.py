@@ -136,7 +136,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         for name, parts in tables.items():
             table = pa.concat_tables(parts) if name == "entries" else pa.Table.from_pylist(parts, schema=schema.TABLES[name])
             rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            staged, size = lake.stage_table(table, rel)
+            staged, size = lake.stage_table(table)
             result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
     return result
 

@@ -11,7 +11,6 @@ from frlake import schema
 from frlake.catalog.store import CATALOG_VIEWS, Catalog
 from frlake.lake import Lake
 
-LAKE_VIEWS = tuple(schema.TABLES)
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix.
 _TIMESTAMPS = {
