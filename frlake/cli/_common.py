@@ -6,8 +6,6 @@ import csv
 import json
 import sys
 from contextlib import contextmanager
-from datetime import date, datetime
-from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Iterator, Sequence
 
@@ -17,6 +15,7 @@ from rich.table import Table
 
 from frlake.config import Settings
 from frlake.errors import FrlakeError
+from frlake.values import plain
 
 console = Console()
 err_console = Console(stderr=True)
@@ -57,33 +56,23 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def _plain(value: object) -> object:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return value
-
-
 def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None) -> None:
     if fmt is Format.json:
-        data = [{c: _plain(v) for c, v in zip(columns, row)} for row in rows]
+        data = [{c: plain(v) for c, v in zip(columns, row)} for row in rows]
         sys.stdout.write(json.dumps(data, default=str, indent=2) + "\n")
     elif fmt is Format.csv:
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
         for row in rows:
-            writer.writerow([_plain(v) for v in row])
+            writer.writerow([plain(v) for v in row])
     else:
         table = Table(title=title, show_lines=False)
         for c in columns:
             table.add_column(str(c), overflow="fold")
         for row in rows:
-            table.add_row(*["" if v is None else str(_plain(v)) for v in row])
+            table.add_row(*["" if v is None else str(plain(v)) for v in row])
         console.print(table)
 
 
 def emit_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, default=_plain, indent=2) + "\n")
+    sys.stdout.write(json.dumps(data, default=plain, indent=2) + "\n")

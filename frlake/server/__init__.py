@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
-from urllib.parse import urlencode
-from decimal import Decimal
-
 import threading
+from datetime import datetime, timezone
+from urllib.parse import urlencode
 
 from flask import Flask, current_app
 from flask.json.provider import DefaultJSONProvider
 
 from frlake.catalog.store import Catalog
 from frlake.server.config import ServerConfig
+from frlake.values import plain
 
 
 class _JSON(DefaultJSONProvider):
@@ -20,13 +19,8 @@ class _JSON(DefaultJSONProvider):
 
     @staticmethod
     def default(o):
-        if isinstance(o, (datetime, date)):
-            return o.isoformat()
-        if isinstance(o, Decimal):
-            return float(o)
-        if isinstance(o, (bytes, bytearray)):
-            return o.hex()
-        return DefaultJSONProvider.default(o)
+        value = plain(o)
+        return DefaultJSONProvider.default(o) if value is o else value
 
 
 def _ns_time(ns: int) -> str:
