@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 import pyarrow as pa
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
 from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile
 
 _CHUNK = 500  # bound on IN (...) lists
+_FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank")
 
 
 def utcnow() -> datetime:
@@ -209,12 +210,13 @@ class Catalog:
         now = utcnow()
         with self.session() as s:
             attempt_ids = self._attempt_ids(s, dumps, now)
-            for d in dumps:
-                s.add(
-                    Dump(sha256=d.sha256, dump_id=d.dump_id, attempt_id=attempt_ids[(d.job, d.attempt)],
-                         rank=d.rank, host=d.host, fr_version=d.fr_version, encoding=d.encoding,
-                         size_bytes=d.size_bytes, n_entries=d.n_entries, run_id=run_id, ingested_at=now)
-                )
+            if dumps:
+                s.execute(insert(Dump), [
+                    {"sha256": d.sha256, "dump_id": d.dump_id, "attempt_id": attempt_ids[(d.job, d.attempt)],
+                     "rank": d.rank, "host": d.host, "fr_version": d.fr_version, "encoding": d.encoding,
+                     "size_bytes": d.size_bytes, "n_entries": d.n_entries, "run_id": run_id, "ingested_at": now}
+                    for d in dumps
+                ])
             self._record_files(s, run_id, files, now)
             for chunk in _chunks(list(lake_file_ids)):
                 s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed"))
@@ -257,19 +259,22 @@ class Catalog:
         for chunk in _chunks([f.path for f in files]):
             for row in s.scalars(select(SourceFile).where(SourceFile.path.in_(chunk), SourceFile.is_current.is_(True))):
                 current[row.path] = row
+        new: dict[str, dict] = {}  # path -> the row to insert (the last record of a path wins)
         for f in files:
-            values = {k: v for k, v in asdict(f).items() if k not in ("seen_at", "run_id")}
+            values = {k: getattr(f, k) for k in _FILE_COLUMNS}
             old = current.get(f.path)
             if old is not None and old.sha256 == f.sha256:
                 for key, value in values.items():
                     setattr(old, key, value)
-                old.seen_at, old.run_id = now, run_id
+                old.seen_at, old.run_id, old.is_current = now, run_id, True
+                new.pop(f.path, None)
                 continue
             if old is not None:
                 old.is_current = False
-            row = SourceFile(**values, run_id=run_id, seen_at=now, is_current=True)
-            s.add(row)
-            current[f.path] = row
+            new[f.path] = {**values, "run_id": run_id, "seen_at": now, "is_current": True}
+        s.flush()
+        if new:
+            s.execute(insert(SourceFile), list(new.values()))
 
     # -- reading ------------------------------------------------------------
     def files(self, *, status: str | None = None, limit: int | None = None) -> list[FileRecord]:

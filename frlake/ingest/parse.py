@@ -20,7 +20,7 @@ import json
 import operator
 import re
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 
 import pyarrow as pa
 
@@ -202,21 +202,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     found = set(map(type, raw)) - {dict}
     if found:
         raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
-    # One C-speed pass pulls every known field out of every entry; columns are
-    # then checked and converted whole.
-    cols: dict[str, list] = {}
-    kinds: dict[str, set[type]] = {}  # the Python types found in each column
-    present = 0
-    for name in _FIELDS:
-        col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
-        found = set(map(type, col))
-        if object in found:  # the _MISSING sentinel: no pickle or JSON value has type object
-            present -= col.count(_MISSING)
-            col = [None if v is _MISSING else v for v in col]
-            found.discard(object)
-            found.add(_NONE)
-        present += n
-        cols[name], kinds[name] = col, found
+    cols, kinds, present = _columns(raw)
     extras: list[str | None] = [None] * n
     if present != sum(map(len, raw)):  # some entry has keys this frlake does not know
         for i, e in enumerate(raw):
@@ -278,9 +264,9 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         "extra": extras,
     }
     for name in ("input_sizes", "output_sizes"):
-        _check_sizes(arrays[name], name, budget, limits)
+        arrays[name] = _shapes(arrays[name], name, budget, limits)
     for name in ("input_dtypes", "output_dtypes"):
-        _check_string_lists(arrays[name], name, budget, limits)
+        arrays[name] = _string_lists(arrays[name], name, budget, limits)
     out: dict[str, pa.Array] = {}
     for name, values in arrays.items():
         if isinstance(values, pa.Array):
@@ -315,38 +301,96 @@ def _wrong_type(name: str, found: set[type]) -> DumpRejected:
     return DumpRejected("bad_schema", f"field '{name}' holds a value of type {names}")
 
 
-def _flatten(values: list, name: str, budget: _Budget, max_len: int, what: str) -> list:
+def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], int]:
+    """Every known field of every entry as a column, the Python types found in
+    each column, and how many known fields the entries hold in all.
+
+    The fields that the first and last entries share (nearly all of them in a
+    real dump) are read by one C-level ``itemgetter`` call per entry and then
+    transposed; any other known field takes one ``dict.get`` pass of its own.
+    """
+    n = len(raw)
+    cols: dict[str, list] = {}
+    shared = [k for k in raw[0] if type(k) is str and k in KNOWN_ENTRY_KEYS and k in raw[-1]] if n else []
+    while shared:
+        try:
+            rows = list(map(operator.itemgetter(*shared), raw))
+        except KeyError as exc:  # a field some middle entry lacks: read it on its own below
+            shared.remove(exc.args[0])
+            continue
+        cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
+        break
+    present = n * len(cols)
+    only_shared = present == sum(map(len, raw))  # then no entry holds any other field
+    kinds = {name: set(map(type, col)) for name, col in cols.items()}
+    for name in _FIELDS:
+        if name in cols:
+            continue
+        if only_shared:
+            cols[name], kinds[name] = [None] * n, {_NONE}
+            continue
+        col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
+        found = set(map(type, col))
+        if object in found:  # the _MISSING sentinel: no pickle or JSON value has type object
+            present -= col.count(_MISSING)
+            col = [None if v is _MISSING else v for v in col]
+            found.discard(object)
+            found.add(_NONE)
+        present += n
+        cols[name], kinds[name] = col, found
+    return cols, kinds, present
+
+
+def _flatten(values: list, name: str, budget: _Budget, max_len: int, what: str) -> tuple[list, pa.Array, pa.Array | None]:
     """One level of nesting: every value a list (or None) of at most
-    ``max_len`` items, paid for; returns the items."""
-    lists = [v for v in values if v is not None]
-    found = set(map(type, lists)) - {list}
-    if found:
-        raise _wrong_type(name, found)
-    if lists and max(map(len, lists)) > max_len:
+    ``max_len`` items, paid for. Returns the items, the Arrow offsets of each
+    value's items and, if some value is None, the mask of those."""
+    found = set(map(type, values))
+    if found - {list, _NONE}:
+        raise _wrong_type(name, found - {list, _NONE})
+    lists = [v for v in values if v is not None] if _NONE in found else values
+    lengths = list(map(len, lists))
+    if lengths and max(lengths) > max_len:
         raise DumpRejected("bad_schema", f"field '{name}' has {what} with more than {max_len:,} items")
-    budget.spend(sum(map(len, lists)), name)
-    return list(chain.from_iterable(lists))
+    total = sum(lengths)
+    budget.spend(total, name)
+    if total >= 2**31:
+        raise DumpRejected("too_large", f"field '{name}' holds {total:,} items")
+    mask = None
+    if _NONE in found:
+        lengths = [0 if v is None else len(v) for v in values]
+        mask = pa.array([v is None for v in values], pa.bool_())
+    return list(chain.from_iterable(lists)), pa.array([0, *accumulate(lengths)], pa.int32()), mask
 
 
-def _check_sizes(values: list, name: str, budget: _Budget, limits: Limits) -> None:
-    """Tensor shapes: lists of lists of ints, bounded before Arrow expands them."""
-    tensors = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list of tensors")
-    dims = _flatten(tensors, name, budget, limits.max_dims, "a tensor shape")
+def _shapes(values: list, name: str, budget: _Budget, limits: Limits) -> pa.Array:
+    """Tensor shapes: lists of lists of ints, bounded and type-checked before
+    anything expands them, then assembled from flat buffers."""
+    tensors, outer, outer_mask = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list of tensors")
+    dims, inner, inner_mask = _flatten(tensors, name, budget, limits.max_dims, "a tensor shape")
     found = set(map(type, dims)) - {int}
     if found:
         raise _wrong_type(name, found)
+    try:
+        flat = pa.array(dims, pa.int64())
+    except OverflowError:
+        raise DumpRejected("bad_schema", f"field '{name}' holds a dimension beyond 64 bits") from None
+    shapes = pa.ListArray.from_arrays(inner, flat, mask=inner_mask)
+    return pa.ListArray.from_arrays(outer, shapes, type=_SIZES, mask=outer_mask)
 
 
-def _check_string_lists(values: list, name: str, budget: _Budget, limits: Limits) -> None:
-    items = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list")
+def _string_lists(values: list, name: str, budget: _Budget, limits: Limits) -> pa.Array:
+    items, offsets, mask = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list")
     found = set(map(type, items)) - {str}
     if found:
         raise _wrong_type(name, found)
     if items and max(map(len, items)) > limits.max_string:
         raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
+    return pa.ListArray.from_arrays(offsets, pa.array(items, pa.string()), type=_DTYPES, mask=mask)
 
 
 _FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
+_SIZES, _DTYPES = schema.ENTRIES.field("input_sizes").type, schema.ENTRIES.field("input_dtypes").type
 _MISSING = object()
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
@@ -403,12 +447,13 @@ def _stacks(frames_col: list, found: set[type], budget: _Budget, limits: Limits)
         keys = [None if f is None else tuple(map(id, f)) for f in frames_col]
     else:
         keys = list(map(tuple, map(map, repeat(id), frames_col)))
-    by_key = dict(zip(keys, frames_col))  # one frames list per distinct key
+    first: dict[tuple | None, int] = {}
+    firsts = list(map(first.setdefault, keys, range(len(keys))))  # each entry: the first entry with its frames
     stacks: dict[int, list[dict]] = {}
     by_content: dict[tuple, int] = {}
-    resolved = {key: None if key is None else _intern_stack(frames, by_content, stacks, limits)
-                for key, frames in by_key.items()}
-    return list(map(resolved.__getitem__, keys)), stacks
+    resolved = {i: None if key is None else _intern_stack(frames_col[i], by_content, stacks, limits)
+                for key, i in first.items()}
+    return list(map(resolved.__getitem__, firsts)), stacks
 
 
 def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) -> int:
@@ -466,7 +511,7 @@ def _parse_ranks(raw: object) -> list[int] | None:
             raw = json.loads(raw)
         except ValueError:
             return None
-    if isinstance(raw, (list, tuple)) and all(type(r) is int for r in raw):
+    if isinstance(raw, (list, tuple)) and set(map(type, raw)) <= {int}:
         return list(raw)
     return None
 
