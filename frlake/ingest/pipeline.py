@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import time
 from itertools import chain
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_all_start_methods, get_context
+from multiprocessing import forkserver, get_all_start_methods, get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -86,6 +86,7 @@ def ingest(
     ``sources`` adds candidates that carry their bytes (uploads)."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
+    pool_context = _pool_context() if options.workers > 1 else None
     lake = Lake(settings.lake)
     lake.create()
     catalog = Catalog(settings.db_url)
@@ -96,7 +97,7 @@ def ingest(
             recover(lake, catalog)
             opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
             summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
-            run = _Run(lake, catalog, options, summary, progress, keep_file_list)
+            run = _Run(lake, catalog, options, summary, progress, keep_file_list, pool_context)
             try:
                 run.execute(roots, sources)
             except BaseException:
@@ -143,18 +144,23 @@ def _pool_context():
     """Workers start from a forkserver that has imported the worker module
     once: quick to start, and never a fork of this process, which may hold
     threads (a progress bar, a server, native libraries) and open database
-    connections that a forked child must not inherit."""
+    connections that a forked child must not inherit.
+
+    The forkserver is started here, so that its imports run while this
+    process recovers the lake and scans the inputs."""
     if "forkserver" in get_all_start_methods():
         context = get_context("forkserver")
         context.set_forkserver_preload(["frlake.ingest.worker"])
+        forkserver.ensure_running()
         return context
     return get_context("spawn")
 
 
 class _Run:
     def __init__(self, lake: Lake, catalog: Catalog, options: IngestOptions, summary: IngestSummary,
-                 progress: Progress | None, keep_file_list: bool):
+                 progress: Progress | None, keep_file_list: bool, pool_context=None):
         self.lake, self.catalog, self.options, self.summary = lake, catalog, options, summary
+        self.pool_context = pool_context
         self.progress = progress
         self.keep_file_list = keep_file_list
         self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits)
@@ -181,7 +187,7 @@ class _Run:
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
         in_flight: set[Future] = set()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=self.pool_context) as pool:
             try:
                 for chunk in chunks:
                     self.batch += 1
@@ -239,15 +245,33 @@ class _Run:
         yield from flush()
 
     def _chunks(self, sources: Iterator[Source]) -> Iterator[list[Source]]:
-        chunk: list[Source] = []
-        size = 0
-        for src in sources:
-            chunk.append(src)
-            size += src.size
-            if len(chunk) >= self.options.chunk_files or size >= self.options.chunk_bytes:
-                yield chunk
-                chunk, size = [], 0
-        if chunk:
+        """Chunks of ``chunk_files`` files (or ``chunk_bytes``), read a few
+        chunks ahead. Once the inputs run out, what is left is cut into smaller
+        and smaller chunks, so that the workers finish at about the same time."""
+        opts, workers = self.options, max(1, self.options.workers)
+        ahead: deque[Source] = deque()
+        held = 0  # bytes that look-ahead sources carry in memory (archive members, uploads)
+        exhausted = False
+        while True:
+            while not exhausted and len(ahead) < 4 * workers * opts.chunk_files and held < 2 * opts.chunk_bytes:
+                src = next(sources, None)
+                if src is None:
+                    exhausted = True
+                    break
+                ahead.append(src)
+                held += len(src.data or b"")
+            if not ahead:
+                return
+            most = opts.chunk_files
+            if exhausted:  # a quarter of what is left per worker, down to an eighth of a chunk
+                most = max(1, opts.chunk_files // 8, min(most, len(ahead) // (4 * workers)))
+            chunk: list[Source] = []
+            size = 0
+            while ahead and len(chunk) < most and size < opts.chunk_bytes:
+                src = ahead.popleft()
+                chunk.append(src)
+                size += src.size
+                held -= len(src.data or b"")
             yield chunk
 
     # -- publishing -----------------------------------------------------------
