@@ -103,6 +103,12 @@ def _entry(**overrides):
         ({"frames": [{"name": ["a"], "filename": "f", "line": 1}]}, "bad_schema"),
         ({"process_group": ("0",)}, "bad_schema"),
         ({"profiling_name": "x" * 70_000}, "too_large"),
+        ({"input_sizes": [[1, True]]}, "bad_schema"),
+        ({"input_sizes": [[1, 2**70]]}, "bad_schema"),
+        ({"input_sizes": [{"a": 1}]}, "bad_schema"),
+        ({"input_sizes": "[[4]]"}, "bad_schema"),
+        ({"output_dtypes": ["Float", 3]}, "bad_schema"),
+        ({"output_dtypes": ["x" * 70_000]}, "too_large"),
     ],
 )
 def test_fields_of_the_wrong_shape_are_refused(overrides, reason):
@@ -110,6 +116,16 @@ def test_fields_of_the_wrong_shape_are_refused(overrides, reason):
     with pytest.raises(DumpRejected) as info:
         _read(data)
     assert info.value.reason == reason
+
+
+def test_tensor_lists_keep_nulls_and_empty_lists():
+    shapes = [None, [], [[]], [[2, 3], None, [4]], [[5]]]
+    dtypes = [None, [], ["Float"], ["Float", "Half", "BFloat16"], ["Int"]]
+    entries = [_entry(record_id=i, input_sizes=s, output_sizes=s, input_dtypes=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    parsed = _read(pickle.dumps({"version": "2.10", "entries": entries}))
+    assert parsed.entries["input_sizes"].to_pylist() == shapes
+    assert parsed.entries["output_sizes"].to_pylist() == shapes
+    assert parsed.entries["input_dtypes"].to_pylist() == dtypes
 
 
 def test_shared_references_cannot_blow_up_a_field():

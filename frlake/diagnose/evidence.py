@@ -12,6 +12,17 @@ from dataclasses import dataclass, field
 import duckdb
 
 ALL_TO_ALL = ("all_to_all", "alltoall", "alltoall_base", "all_to_allv", "alltoallv")
+# The entry that closes a coalesced block ("nccl:coalesced", "nccl:ALLGATHER_coalesced"): no tensors of its
+# own. The fast-path single entries ("nccl:allreduce_coalesced", with sizes) are ordinary collectives.
+END_MARKER = "(op = 'coalesced' OR (op LIKE '%coalesced' AND len(coalesce(input_sizes, [])) = 0 " \
+             "AND len(coalesce(output_sizes, [])) = 0))"
+# Which tensors every member of a collective must agree on: scatter's inputs and gather's outputs exist on
+# the root only, and all_to_all members exchange unequal splits by design.
+_SIZE_SIG = f"""CASE WHEN op IN {ALL_TO_ALL} THEN hash(op)
+                     WHEN op = 'scatter' THEN hash(output_sizes) WHEN op = 'gather' THEN hash(input_sizes)
+                     ELSE hash(input_sizes, output_sizes) END"""
+_DTYPE_SIG = """CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op = 'gather' THEN hash(input_dtypes)
+                     ELSE hash(input_dtypes, output_dtypes) END"""
 
 
 @dataclass
@@ -53,18 +64,49 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         params,
     )
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE _e AS
-        SELECT rank, pg_name, pg_desc, collective_seq_id AS seq, is_p2p, op, state, entry_index,
-               time_created_ns AS t, stack_id, p2p_src, p2p_dst,
-               hash(op) AS type_sig,
-               CASE WHEN op IN {all_to_all} THEN hash(op) ELSE hash(input_sizes, output_sizes) END AS size_sig,
-               hash(input_dtypes, output_dtypes) AS dtype_sig
+        SELECT rank, pg_name, pg_desc, collective_seq_id AS seq, p2p_seq_id AS p2p_seq, is_p2p, op, state,
+               entry_index, time_created_ns AS t, stack_id, p2p_src, p2p_dst, {END_MARKER} AS marker,
+               hash(op) AS type_sig, {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig
         FROM entries
         WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM _d)
-        """.format(all_to_all=str(ALL_TO_ALL)),
+        """,
         params,
     )
+    # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
+    # end marker's group and sequence ids) is one call of several ops, compared with the other members'
+    # blocks as a whole. Every other collective entry is a call of its own.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _blk AS
+        SELECT DISTINCT rank, pg_name, seq, coalesce(p2p_seq, -1) AS p2p_seq, state FROM _e WHERE marker
+        """
+    )
+    calls = """
+        SELECT rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, type_sig, size_sig, dtype_sig
+        FROM _e e WHERE NOT is_p2p AND NOT marker
+    """
+    if con.execute("SELECT count(*) FROM _blk").fetchone()[0]:
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE _blk_calls AS
+            SELECT rank, pg_name, any_value(pg_desc) AS pg_desc, seq, min(entry_index) AS entry_index, min(t) AS t,
+                   arg_min(op, entry_index) AS op, arg_min(stack_id, entry_index) AS stack_id,
+                   hash(sum(type_sig::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
+                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig
+            FROM _e e SEMI JOIN _blk b
+              ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
+            WHERE NOT is_p2p AND NOT marker
+            GROUP BY rank, pg_name, seq
+            """
+        )
+        calls += """
+          AND NOT EXISTS (SELECT 1 FROM _blk b WHERE b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq
+                                                 AND b.p2p_seq = coalesce(e.p2p_seq, -1))
+        UNION ALL SELECT * FROM _blk_calls
+        """
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _c AS {calls}")
     # One row per collective instance (group, seq) with at least two members: shared by
     # the mismatch and lateness analyses.
     con.execute(
@@ -73,7 +115,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
                min(type_sig) <> max(type_sig) OR min(size_sig) <> max(size_sig)
                  OR min(dtype_sig) <> max(dtype_sig) AS differ
-        FROM _e WHERE NOT is_p2p GROUP BY ALL HAVING n > 1
+        FROM _c GROUP BY ALL HAVING n > 1
         """
     )
     hosts, wrapped = {}, set()
@@ -96,7 +138,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         desc[pg] = pg_desc
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
-        "SELECT rank, pg_name, any_value(pg_desc), min(seq), max(seq) FROM _e WHERE NOT is_p2p GROUP BY ALL"
+        "SELECT rank, pg_name, any_value(pg_desc), min(seq), max(seq) FROM _c GROUP BY ALL"
     ).fetchall():
         members.setdefault(pg, set()).add(rank)  # membership inferred from what ranks recorded
         desc.setdefault(pg, pg_desc)
@@ -104,15 +146,20 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     last = {}
     for row in con.execute(
         """
-        WITH k AS (
+        WITH s AS (  -- the ops of a coalesced block stay "scheduled"; its end marker has the state
+          SELECT e.* REPLACE (coalesce(b.state, e.state) AS state)
+          FROM _e e LEFT JOIN _blk b
+            ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
+          WHERE NOT e.marker
+        ), k AS (
           SELECT rank,
                  CASE WHEN bool_or(state = 'completed') AND count(*) FILTER (WHERE state <> 'completed') > 0
                       THEN min(entry_index) FILTER (WHERE state <> 'completed')
                       ELSE max(entry_index) END AS stuck_at
-          FROM _e GROUP BY rank
+          FROM s GROUP BY rank
         )
-        SELECT e.rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
-        FROM _e e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
+        SELECT s.rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
+        FROM s JOIN k ON s.rank = k.rank AND s.entry_index = k.stuck_at
         """
     ).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from frlake.diagnose.evidence import Evidence
+from frlake.diagnose.evidence import END_MARKER, Evidence
 
 FIELDS = (("type_sig", "type_mismatch"), ("size_sig", "size_mismatch"), ("dtype_sig", "dtype_mismatch"))
 
@@ -35,6 +35,12 @@ class Mismatch:
 
 
 def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
+    found = _collectives(con, ev) + _point_to_point(con, ev)
+    found.sort(key=lambda m: (m.t if m.t is not None else 0, m.rank))
+    return found
+
+
+def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     candidates = {
         (pg, seq)
         for pg, seq in con.execute("SELECT pg_name, seq FROM _inst WHERE differ").fetchall()
@@ -51,14 +57,14 @@ def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     rows = con.execute(
         """
         WITH here AS (
-          SELECT e.* FROM _e e JOIN _cand c USING (pg_name, seq) WHERE NOT e.is_p2p
+          SELECT e.* FROM _c e JOIN _cand c USING (pg_name, seq)
         ), sib AS (
           SELECT c.pg_name AS for_pg, c.seq AS for_seq, e.type_sig, e.size_sig, e.dtype_sig
-          FROM _cand c JOIN (SELECT DISTINCT pg_name, pg_desc FROM _e) d ON d.pg_name = c.pg_name
-          JOIN _e e ON e.pg_desc = d.pg_desc AND e.pg_name <> c.pg_name AND e.seq = c.seq AND NOT e.is_p2p
+          FROM _cand c JOIN (SELECT DISTINCT pg_name, pg_desc FROM _c) d ON d.pg_name = c.pg_name
+          JOIN _c e ON e.pg_desc = d.pg_desc AND e.pg_name <> c.pg_name AND e.seq = c.seq
         ), own AS (
           SELECT h.pg_name AS for_pg, h.seq AS for_seq, h.rank, p.type_sig, p.size_sig, p.dtype_sig
-          FROM here h JOIN _e p ON p.rank = h.rank AND p.pg_name = h.pg_name AND p.seq < h.seq AND NOT p.is_p2p
+          FROM here h JOIN _c p ON p.rank = h.rank AND p.pg_name = h.pg_name AND p.seq < h.seq
             AND p.op = h.op AND p.stack_id IS NOT DISTINCT FROM h.stack_id
           QUALIFY row_number() OVER (PARTITION BY h.pg_name, h.seq, h.rank ORDER BY p.seq DESC) = 1
         )
@@ -85,8 +91,12 @@ def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
                     continue
                 if own and any(o == value for o in own):
                     continue
-            tally = Counter(members.values()) + Counter(siblings) + Counter(own)
+            tally = Counter(members.values())
             ranked = tally.most_common()
+            if len(members) < 3 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+                # the members alone cannot tell: siblings and history vote too
+                tally += Counter(siblings) + Counter(own)
+                ranked = tally.most_common()
             if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
                 continue  # no majority: cannot tell who changed
             normal = ranked[0][0]
@@ -102,22 +112,22 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
     out = []
     for (rank, pg, seq), reason in found.items():
         row = con.execute(
-            """
+            f"""
             SELECT e.pg_desc, e.op, e.input_sizes::VARCHAR, e.output_sizes::VARCHAR, e.input_dtypes::VARCHAR,
                    e.time_created_ns, e.stack_id
             FROM entries e JOIN _d d USING (dump_id)
             WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.pg_name = $pg
-              AND e.collective_seq_id = $seq AND NOT e.is_p2p
-            LIMIT 1
+              AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
+            ORDER BY e.entry_index LIMIT 1
             """,
             {"job": ev.job, "attempt": ev.attempt, "rank": rank, "pg": pg, "seq": seq},
         ).fetchone()
         peers = con.execute(
-            """
+            f"""
             SELECT mode(op), mode(input_sizes::VARCHAR), mode(output_sizes::VARCHAR), mode(input_dtypes::VARCHAR)
             FROM entries e JOIN _d d USING (dump_id)
             WHERE e.job = $job AND e.attempt = $attempt AND e.rank <> $rank AND e.pg_desc = $desc
-              AND e.collective_seq_id = $seq AND NOT e.is_p2p
+              AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
             """,
             {"job": ev.job, "attempt": ev.attempt, "rank": rank, "desc": row[0], "seq": seq},
         ).fetchone()
@@ -129,6 +139,59 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
         else:
             expected, got = peers[3], in_dtypes
         out.append(Mismatch(rank, reason, pg, desc, seq, op, str(expected), str(got), t, stack_id))
-    out.sort(key=lambda m: (m.t if m.t is not None else 0, m.rank))
     return out
+
+
+# The k-th send from a to b at one p2p sequence id of a group meets the k-th recv at b from a (group-local
+# ranks, as the names "send 0->1" and "recv 1<-0" carry them); a batch shares one sequence id.
+# A side "changed" when it made this call from the same site before, never with these tensors.
+_CHANGED = """(EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name = {x}.pg_name AND {sends}
+                      AND o.p2p_seq < {x}.p2p_seq AND o.stack_id IS NOT DISTINCT FROM {x}.stack_id)
+               AND NOT EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name = {x}.pg_name AND {sends}
+                      AND o.p2p_seq < {x}.p2p_seq AND o.stack_id IS NOT DISTINCT FROM {x}.stack_id
+                      AND o.size_sig = {x}.size_sig AND o.dtype_sig = {x}.dtype_sig))"""
+_P2P_PAIRS = f"""
+    WITH p AS (
+      SELECT *, op IN ('send', 'isend') AS sends,
+             row_number() OVER (PARTITION BY rank, pg_name, p2p_seq, p2p_src, p2p_dst, op IN ('send', 'isend')
+                                ORDER BY entry_index) AS k
+      FROM _e WHERE is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL
+    )
+    SELECT s.rank, r.rank, s.pg_name, s.pg_desc, s.p2p_seq, s.size_sig <> r.size_sig, s.dtype_sig <> r.dtype_sig,
+           s.t, r.t, s.stack_id, r.stack_id, s.entry_index, r.entry_index,
+           {_CHANGED.format(x='s', sends='o.sends')} AS s_changed,
+           {_CHANGED.format(x='r', sends='NOT o.sends')} AS r_changed
+    FROM p s JOIN p r ON s.sends AND NOT r.sends AND s.pg_name = r.pg_name AND s.p2p_seq = r.p2p_seq
+      AND s.p2p_src = r.p2p_src AND s.p2p_dst = r.p2p_dst AND s.k = r.k AND s.rank <> r.rank
+    WHERE s.size_sig <> r.size_sig OR s.dtype_sig <> r.dtype_sig
+"""
+
+
+def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
+    """A send and its recv that disagree on the tensor's shape or dtype. The side
+    that changed is the one whose earlier calls from the same site looked like
+    the other side; when that cannot tell, the receiver is named first."""
+    out = []
+    for row in con.execute(_P2P_PAIRS).fetchall():
+        sender, receiver, pg, desc, seq, sizes, dtypes, s_t, r_t, s_stack, r_stack, s_i, r_i, s_changed, r_changed = row
+        reason = "size_mismatch" if sizes else "dtype_mismatch"
+        sides = [(receiver, "recv", r_t, r_stack, r_i), (sender, "send", s_t, s_stack, s_i)]
+        if s_changed and not r_changed:
+            sides.reverse()
+        for rank, op, t, stack_id, index in sides[:1] if bool(s_changed) != bool(r_changed) else sides:
+            peer = sender if rank == receiver else receiver
+            mine, theirs = _p2p_tensors(con, ev, rank, index), _p2p_tensors(con, ev, peer, s_i if peer == sender else r_i)
+            out.append(Mismatch(rank, reason, pg, desc, seq, op, theirs, mine, t, stack_id))
+    return out
+
+
+def _p2p_tensors(con: duckdb.DuckDBPyConnection, ev: Evidence, rank: int, entry_index: int) -> str:
+    sizes, dtypes = con.execute(
+        """
+        SELECT e.input_sizes::VARCHAR, e.input_dtypes::VARCHAR FROM entries e JOIN _d d USING (dump_id)
+        WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.entry_index = $i
+        """,
+        {"job": ev.job, "attempt": ev.attempt, "rank": rank, "i": entry_index},
+    ).fetchone()
+    return f"{sizes} {dtypes}"
 

@@ -50,9 +50,9 @@ TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplaine
 
 _LATENESS = """
     CREATE OR REPLACE TEMP TABLE _late AS
-    SELECT e.rank, e.t, e.t - m.t0 AS late, e.t = m.t1 AND m.t1 > m.t0 AS last,
-           e.pg_name, e.pg_desc, e.seq, e.op, e.stack_id
-    FROM _e e JOIN _inst m USING (pg_name, seq) WHERE NOT e.is_p2p
+    SELECT c.rank, c.t, c.t - m.t0 AS late, c.t = m.t1 AND m.t1 > m.t0 AS last,
+           c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
+    FROM _c c JOIN _inst m USING (pg_name, seq)
 """
 
 
