@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import resource
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.errors import DumpRejected
-from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest import ingest
 from frlake.ingest.parse import parse_dump
 from frlake.ingest.safeload import decode
 from tests.conftest import FIXTURES
