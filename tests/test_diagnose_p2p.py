@@ -166,3 +166,22 @@ def test_scatter_and_gather_members_hold_different_tensors(tmp_path):
     _write_job(tmp_path, ops)
     d = _diagnose_tree(tmp_path, "nccl")
     assert (d.verdict, d.culprits) == ("healthy", [])
+
+
+def _plain_steps(rank, states):
+    """Ten all_reduces; ``states`` maps (rank, seq) to a state other than completed."""
+    return [(seq, "all_reduce", [([[1024]], [[1024]])], "one", states.get((rank, seq), "completed"))
+            for seq in range(1, 11)]
+
+
+def test_a_member_that_never_started_what_the_others_completed(tmp_path):
+    _write_job(tmp_path, lambda rank: _plain_steps(rank, {(1, 6): "scheduled"}))
+    d = _diagnose_tree(tmp_path, "nccl")
+    assert d.verdict == "mismatch"
+    assert (d.root.rank, d.root.reason, d.root.seq, d.root.found) == (1, "state_mismatch", 6, "scheduled")
+
+
+def test_a_newest_collective_not_yet_seen_completed_is_not_a_mismatch(tmp_path):
+    _write_job(tmp_path, lambda rank: _plain_steps(rank, {(1, 10): "scheduled", (2, 10): "started"}))
+    d = _diagnose_tree(tmp_path, "nccl")
+    assert (d.verdict, d.culprits) == ("healthy", [])

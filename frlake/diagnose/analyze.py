@@ -23,6 +23,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
 
     mismatches = mismatch.find(con, ev)
     stalls = hang.stalls(ev)
+    if not mismatches and not any(s.role == "root" for s in stalls):
+        mismatches = mismatch.states(con)  # the weakest evidence: only when nothing else explains the attempt
     slow = None
     if not mismatches and not any(s.role == "root" for s in stalls):
         # lateness only means something in an attempt that did not hang

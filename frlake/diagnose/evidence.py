@@ -84,21 +84,21 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         """
     )
     calls = """
-        SELECT rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, type_sig, size_sig, dtype_sig
+        SELECT rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, type_sig, size_sig, dtype_sig, state
         FROM _e e WHERE NOT is_p2p AND NOT marker
     """
     if con.execute("SELECT count(*) FROM _blk").fetchone()[0]:
         con.execute(
             """
             CREATE OR REPLACE TEMP TABLE _blk_calls AS
-            SELECT rank, pg_name, any_value(pg_desc) AS pg_desc, seq, min(entry_index) AS entry_index, min(t) AS t,
-                   arg_min(op, entry_index) AS op, arg_min(stack_id, entry_index) AS stack_id,
+            SELECT e.rank, e.pg_name, any_value(pg_desc) AS pg_desc, e.seq, min(entry_index) AS entry_index,
+                   min(t) AS t, arg_min(op, entry_index) AS op, arg_min(stack_id, entry_index) AS stack_id,
                    hash(sum(type_sig::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
-                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig
-            FROM _e e SEMI JOIN _blk b
+                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, any_value(b.state) AS state
+            FROM _e e JOIN (SELECT rank, pg_name, seq, p2p_seq, min(state) AS state FROM _blk GROUP BY ALL) b
               ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
             WHERE NOT is_p2p AND NOT marker
-            GROUP BY rank, pg_name, seq
+            GROUP BY e.rank, e.pg_name, e.seq
             """
         )
         calls += """
@@ -114,8 +114,10 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         CREATE OR REPLACE TEMP TABLE _inst AS
         SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
                min(type_sig) <> max(type_sig) OR min(size_sig) <> max(size_sig)
-                 OR min(dtype_sig) <> max(dtype_sig) AS differ
-        FROM _c GROUP BY ALL HAVING n > 1
+                 OR min(dtype_sig) <> max(dtype_sig) AS differ,
+               count(*) FILTER (WHERE state = 'completed') AS n_completed,
+               count(*) FILTER (WHERE state = 'scheduled') AS n_scheduled
+        FROM _c GROUP BY pg_name, seq HAVING n > 1
         """
     )
     hosts, wrapped = {}, set()

@@ -40,6 +40,25 @@ def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     return found
 
 
+def states(con: duckdb.DuckDBPyConnection) -> list[Mismatch]:
+    """Members that never started a collective that most members completed,
+    although they went on to later collectives of the group: with NCCL no
+    member completes before every member launched it, and a group's work runs
+    in order, so those records contradict the others. (At a rank's newest
+    collective "scheduled" only means the watchdog had not looked yet.)"""
+    rows = con.execute(
+        """
+        SELECT c.rank, c.pg_name, c.pg_desc, c.seq, c.op, c.t, c.stack_id
+        FROM _c c JOIN _inst i USING (pg_name, seq)
+        WHERE c.state = 'scheduled' AND i.n_completed > i.n_scheduled
+          AND c.seq < (SELECT max(l.seq) FROM _c l WHERE l.rank = c.rank AND l.pg_name = c.pg_name)
+        ORDER BY c.t, c.rank
+        """
+    ).fetchall()
+    return [Mismatch(rank, "state_mismatch", pg, desc, seq, op, "completed", "scheduled", t, stack_id)
+            for rank, pg, desc, seq, op, t, stack_id in rows]
+
+
 def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     candidates = {
         (pg, seq)
