@@ -149,7 +149,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     for row in con.execute(
         """
         WITH s AS (  -- the ops of a coalesced block stay "scheduled"; its end marker has the state
-          SELECT e.* REPLACE (coalesce(b.state, e.state) AS state)
+          SELECT e.rank, e.entry_index, coalesce(b.state, e.state) AS state
           FROM _e e LEFT JOIN _blk b
             ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
           WHERE NOT e.marker
@@ -160,8 +160,11 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
                       ELSE max(entry_index) END AS stuck_at
           FROM s GROUP BY rank
         )
-        SELECT s.rank, pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id
-        FROM s JOIN k ON s.rank = k.rank AND s.entry_index = k.stuck_at
+        SELECT e.rank, e.pg_name, e.pg_desc, e.seq, e.op, e.is_p2p, e.p2p_src, e.p2p_dst,
+               coalesce(b.state, e.state), e.t, e.stack_id
+        FROM _e e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
+        LEFT JOIN _blk b
+          ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
         """
     ).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row
