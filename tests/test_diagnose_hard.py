@@ -77,3 +77,21 @@ def test_empty_pg_config_membership_is_inferred(tmp_path, corpus, job, attempt, 
     d = _diagnose_tree(tmp_path, tmp_path / "nfs", job)
     assert d.verdict in ("hang", "mismatch")
     assert d.root.rank == culprit
+
+
+def test_record_ids_that_restart_after_a_reset(tmp_path):
+    """After the recorder is reset its record ids start again at 0 while sequence ids go on; such a
+    rank looks like a short buffer, never like a wrapped one, and nothing of it is taken as missing."""
+    truth = write_job(tmp_path / "nfs", 16, 400, job="reset", fault="missing_last", culprit=6, seed=8,
+                      ranks_per_host=4, procs=1)
+    for rank, keep in ((3, 150), (11, 90)):
+        path = next((tmp_path / "nfs").rglob(f"rank_{rank}"))
+        dump = load_trusted(path)
+        dump["entries"] = dump["entries"][-keep:]
+        for i, entry in enumerate(dump["entries"]):
+            entry["record_id"] = i
+        path.write_bytes(pickle.dumps(dump))
+    d = _diagnose_tree(tmp_path, tmp_path / "nfs", "reset")
+    assert d.verdict == "hang"
+    assert (d.root.rank, d.root.host, d.root.reason) == (6, truth["culprit_host"], "missing")
+    assert {c.rank for c in d.culprits if c.role == "root"} == {6}
