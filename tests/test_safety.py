@@ -14,10 +14,12 @@ import pytest
 
 import frlake
 from frlake.catalog.store import Catalog
+from frlake.config import Settings
 from frlake.errors import DumpRejected
-from frlake.ingest import ingest
-from frlake.ingest.parse import parse_dump
+from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
+from frlake.ingest.upload import ingest_upload
 from tests.conftest import FIXTURES
 
 BAD = FIXTURES / "bad"
@@ -150,8 +152,42 @@ def test_encoding_comes_from_content_not_name(tmp_path, corpus):
     tree.mkdir(parents=True)
     shutil.copy(src, tree / "rank_2.pkl")  # JSON bytes under a pickle-ish name
     shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_1", tree / "rank_1.json")  # and the reverse
-    settings = frlake.config.Settings.resolve(tmp_path / "lake")
+    settings = Settings.resolve(tmp_path / "lake")
     summary = ingest([tmp_path / "job-f"], settings)
     assert summary.ingested == 2
     con = frlake.connect(settings.lake)
     assert dict(con.execute("SELECT rank, encoding FROM dumps").fetchall()) == {2: "json", 1: "pickle"}
+
+
+def _hash_bomb(depth: int = 64) -> bytes:
+    """A 400-byte pickle whose dict key is a tuple of shared nested tuples: hashing it
+    takes 2**depth steps, inside the C unpickler, before any check of frlake can run."""
+    out = [b"\x80\x02)q\x00"]  # PROTO 2, EMPTY_TUPLE, BINPUT 0
+    for i in range(1, depth + 1):
+        out.append(b"h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"\x86q" + bytes([i]))  # (t, t)
+    out.append(b"}h" + bytes([depth]) + b"Ns.")  # {t_depth: None}
+    return b"".join(out)
+
+
+def test_a_hash_bomb_is_stopped_by_its_cpu_budget_and_the_rest_ingests(tmp_path, corpus):
+    tree = tmp_path / "nfs" / "job-x" / "attempt-0" / "host-a"
+    tree.mkdir(parents=True)
+    (tree / "rank_7").write_bytes(_hash_bomb())
+    for rank in (0, 1):
+        shutil.copy(corpus / f"job-223715/attempt-0/gpu-b03/rank_{rank}", tree / f"rank_{rank}")
+    settings = Settings.resolve(tmp_path / "lake")
+    options = IngestOptions(workers=2, limits=Limits(cpu_seconds=1), chunk_files=2)
+    summary = ingest([tmp_path / "nfs"], settings, options)
+    assert (summary.ingested, summary.rejected, summary.rejected_by_reason) == (2, 1, {"worker_killed": 1})
+    assert summary.rejected_files[0]["path"].endswith("rank_7")
+    again = ingest([tmp_path / "nfs"], settings, options)  # known, unchanged: never read again
+    assert (again.unchanged, again.ingested, again.rejected) == (3, 0, 0)
+
+
+def test_an_uploaded_hash_bomb_is_stopped_too(tmp_path, corpus):
+    good = (corpus / "job-223715/attempt-0/gpu-b03/rank_1").read_bytes()
+    options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,
+                            limits=Limits(cpu_seconds=1))
+    summary = ingest_upload(Settings.resolve(tmp_path / "lake"), [("rank_3", _hash_bomb()), ("rank_1", good)],
+                            options)
+    assert (summary.ingested, summary.rejected_by_reason) == (1, {"worker_killed": 1})

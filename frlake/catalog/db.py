@@ -39,7 +39,10 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn):  # pragma: no cover - exercised by every sqlite test
-            conn.exec_driver_sql("BEGIN")
+            # IMMEDIATE: take the write lock up front (waiting up to the busy timeout). A deferred
+            # transaction that reads and then writes fails at once, without waiting, when another
+            # connection wrote in between (SQLITE_BUSY_SNAPSHOT): concurrent uploads hit that.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     if url.startswith("postgresql://"):

@@ -36,7 +36,7 @@ def ingest_command(
     with user_errors():
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)
-        options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files)
+        options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files, isolate=True)
         cfg = settings(ctx, lake, db_url)
         if quiet or fmt is not Format.table:
             summary = ingest(paths, cfg, options)

@@ -70,6 +70,13 @@ class Limits:
     # Elements (tensors, dims, frames, unknown-field nodes) allowed per byte of file.
     expansion_per_byte: int = 4
     expansion_floor: int = 1 << 20
+    # CPU seconds a worker process may spend decoding and parsing one dump (a
+    # 2,000-entry dump needs about 0.02 s) before the kernel stops it.
+    cpu_seconds: float = 30.0
+    cpu_seconds_per_gib: float = 120.0
+
+    def cpu_budget(self, size: int) -> float:
+        return self.cpu_seconds + self.cpu_seconds_per_gib * size / (1 << 30)
 
 
 @dataclass

@@ -16,7 +16,8 @@ import json
 import time
 from itertools import chain
 from collections import Counter, deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import forkserver, get_all_start_methods, get_context
 from pathlib import Path
@@ -32,7 +33,8 @@ from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
-from frlake.ingest.worker import ChunkResult, StagedFile, WorkerContext, cleanup_staged, process_chunk, stacks_table
+from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, cleanup_staged, enter_worker_process,
+                                  process_chunk, stacks_table)
 from frlake.lake import Lake, new_part_name
 
 MAX_REPORTED_REJECTS = 1000
@@ -42,6 +44,7 @@ MAX_REPORTED_REJECTS = 1000
 class IngestOptions:
     identity: IdentityOptions = IdentityOptions()
     workers: int = 1
+    isolate: bool = False  # parse in a worker process (under a CPU budget per dump) even with one worker
     force: bool = False  # re-read files whose size and mtime did not change
     limits: Limits = Limits()
     chunk_files: int = 32
@@ -86,7 +89,7 @@ def ingest(
     ``sources`` adds candidates that carry their bytes (uploads)."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
-    pool_context = _pool_context() if options.workers > 1 else None
+    pool_context = _pool_context() if options.workers > 1 or options.isolate else None
     lake = Lake(settings.lake)
     lake.create()
     catalog = Catalog(settings.db_url)
@@ -175,7 +178,7 @@ class _Run:
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
         chunks = self._chunks(self._changed(chain(extra, self._sources(roots))))
         workers = max(1, self.options.workers)
-        if workers == 1:
+        if workers == 1 and not self.options.isolate:
             for chunk in chunks:
                 self.batch += 1
                 self._commit(process_chunk(self.ctx, self.batch, chunk))
@@ -186,22 +189,58 @@ class _Run:
         self.summary.rejected_by_reason = dict(self.reasons)
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
-        in_flight: set[Future] = set()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=self.pool_context) as pool:
+        """Batches in worker processes. If a worker dies (a dump over its CPU
+        budget, or the out-of-memory killer), each file of the batches it took
+        down is tried again on its own; the one that kills its worker again is
+        rejected, and the other batches go on in a new pool."""
+        lost = self._run_pool(chunks, workers)
+        while lost:
+            for src in (src for chunk in lost for src in chunk):
+                if self._run_pool(iter([[src]]), 1):
+                    self._reject(src, "worker_killed",
+                                 f"its worker was stopped while reading it: over the CPU budget of "
+                                 f"{self.options.limits.cpu_budget(src.size):.0f} s (a hash bomb?), or out of memory")
+            lost = self._run_pool(chunks, workers)
+
+    def _run_pool(self, chunks: Iterator[list[Source]], workers: int) -> list[list[Source]]:
+        """Run batches in a new pool until they run out or a worker dies; then
+        return the batches that died with it."""
+        in_flight: dict[Future, list[Source]] = {}
+        lost: list[list[Source]] = []
+        with ProcessPoolExecutor(max_workers=workers, mp_context=self.pool_context,
+                                 initializer=enter_worker_process) as pool:
             try:
                 for chunk in chunks:
                     self.batch += 1
-                    in_flight.add(pool.submit(process_chunk, self.ctx, self.batch, chunk))
+                    in_flight[pool.submit(process_chunk, self.ctx, self.batch, chunk)] = chunk
                     if len(in_flight) >= 2 * workers:
-                        done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                        for fut in done:
-                            self._commit(fut.result())
-                for fut in in_flight:
-                    self._commit(fut.result())
+                        lost += self._collect(in_flight, FIRST_COMPLETED)
+                        if lost:
+                            break
+                lost += self._collect(in_flight, ALL_COMPLETED)
             except BaseException:
                 for fut in in_flight:
                     fut.cancel()
                 raise
+        return lost
+
+    def _collect(self, in_flight: dict[Future, list[Source]], when: str) -> list[list[Source]]:
+        done, _ = wait(in_flight, return_when=when)
+        lost = []
+        for fut in done:
+            chunk = in_flight.pop(fut)
+            try:
+                result = fut.result()
+            except BrokenProcessPool:
+                lost.append(chunk)
+                continue
+            self._commit(result)
+        return lost
+
+    def _reject(self, src: Source, reason: str, detail: str) -> None:
+        record = FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", reason, detail)
+        self.catalog.commit_batch(self.summary.run_id, [], [], [record])
+        self._tally(ChunkResult(files=[record]))
 
     def _sources(self, roots: list[Path]) -> Iterator[Source]:
         for path, st in walk(roots, exclude=self.lake.root):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import os
+import resource
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -75,6 +77,39 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_in_worker_process = False
+
+
+def enter_worker_process() -> None:
+    """Pool initializer: from now on each dump runs under a CPU budget, and a
+    worker the kernel stops leaves no core file behind."""
+    global _in_worker_process
+    _in_worker_process = True
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+@contextmanager
+def cpu_budget(seconds: float) -> Iterator[None]:
+    """In a worker process, let the kernel kill the process (SIGXCPU) if this
+    block burns more than ``seconds`` of CPU time. A pickle can make the C
+    unpickler hash a dict key of shared nested tuples for hours, inside C,
+    where no Python-level timeout reaches; the parent then isolates the file
+    (see pipeline._Run._execute_parallel). In-process ingest is not limited."""
+    if not _in_worker_process:
+        yield
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    limit = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
 def dump_id_of(sha256: str) -> int:
     """A stable 63-bit id for a dump, from its content."""
     return int(sha256[:16], 16) >> 1
@@ -109,7 +144,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
             continue
         try:
-            with gc_paused():
+            with cpu_budget(ctx.limits.cpu_budget(len(data))), gc_paused():
                 obj, encoding = decode(data, ctx.limits.max_file_bytes)
                 parsed = parse_dump(obj, encoding, len(data), ctx.limits)
                 del obj

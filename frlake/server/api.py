@@ -232,7 +232,7 @@ def upload():
                                rank=number("rank"), layout=form.get("layout") or None)
     try:
         summary = ingest_upload(config().settings, [(f.filename or "upload", f.read()) for f in files],
-                                IngestOptions(identity=identity, workers=1), config().upload_limits)
+                                IngestOptions(identity=identity, workers=1, isolate=True), config().upload_limits)
     except UploadRefused as exc:
         raise ApiError(400, "upload_refused", str(exc)) from None
     return jsonify({
