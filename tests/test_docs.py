@@ -70,3 +70,10 @@ def test_every_api_route_is_documented(tmp_path):
             path = re.sub(r"<(?:\w+:)?(\w+)>", r"<\1>", rule.rule)
             path = path.replace("<attempt>", "<n>")
             assert path in api_doc, f"{path} is not in docs/api.md"
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch):
+    block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    exec(compile(block, "README.md", "exec"), {})

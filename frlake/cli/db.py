@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from frlake.catalog import db
 from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
 
 app = typer.Typer(help="Catalog database schema (Alembic migrations shipped with frlake).", no_args_is_help=True)
@@ -20,6 +19,8 @@ def upgrade(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Apply the migrations up to REVISION (default: the latest)."""
+    from frlake.catalog import db
+
     with user_errors():
         engine = db.make_engine(settings(ctx, lake, db_url).db_url)
         db.upgrade(engine, revision)
@@ -34,6 +35,8 @@ def downgrade(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Revert the migrations down to REVISION."""
+    from frlake.catalog import db
+
     with user_errors():
         engine = db.make_engine(settings(ctx, lake, db_url).db_url)
         db.downgrade(engine, revision)
@@ -43,6 +46,8 @@ def downgrade(
 @app.command("current")
 def current(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = None) -> None:
     """Show the catalog's revision and the one this frlake needs."""
+    from frlake.catalog import db
+
     with user_errors():
         engine = db.make_engine(settings(ctx, lake, db_url).db_url)
         console.print(f"current {db.current_revision(engine) or 'none'}, head {db.head_revision()}")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.panel import Panel
 from rich.table import Table
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, settings, user_errors
-from frlake.diagnose import Diagnosis, diagnose, diagnose_many
+
+if TYPE_CHECKING:
+    from frlake.diagnose import Diagnosis
 
 _STYLE = {"healthy": "green", "straggler": "yellow", "hang": "red", "mismatch": "red", "incomplete": "magenta"}
 
@@ -23,6 +25,8 @@ def diagnose_command(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Say what went wrong in an attempt and who caused it, root cause first."""
+    from frlake.diagnose import diagnose
+
     with user_errors():
         diag = diagnose(settings(ctx, lake, db_url), job, attempt)
     if fmt is Format.json:
@@ -42,6 +46,8 @@ def rediagnose_command(
 ) -> None:
     """Recompute and store the diagnosis of every attempt in the lake (after
     frlake's algorithm improved)."""
+    from frlake.diagnose import diagnose_many
+
     with user_errors():
         cfg = settings(ctx, lake, db_url)
         keys = None

@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, console, emit_json, settings, user_errors
-from frlake.ingest import DEFAULT_LAYOUT, IdentityOptions, IngestOptions, ingest, load_hosts
+from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
+from frlake.ingest.pool import pool_context
 
 
 def ingest_command(
@@ -33,6 +34,9 @@ def ingest_command(
     """Ingest Flight Recorder dumps (pickle or JSON). Safe to re-run: unchanged
     files are skipped without reading them, and the same bytes are never
     ingested twice."""
+    pool_context()  # its imports overlap ours
+    from frlake.ingest.pipeline import IngestOptions, ingest
+
     with user_errors():
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)

@@ -6,9 +6,7 @@ from typing import Annotated
 
 import typer
 
-from frlake.catalog.store import Catalog
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, settings, user_errors
-from frlake.query import QueryLimits, query
 
 
 def query_command(
@@ -22,6 +20,8 @@ def query_command(
 ) -> None:
     """Run read-only SQL over the views entries, dumps, stacks, groups,
     pg_status, jobs, attempts, files and ingest_runs (docs/schema.md)."""
+    from frlake.query import QueryLimits, query
+
     with user_errors():
         result = query(sql, settings(ctx, lake, db_url), QueryLimits(timeout_s=timeout, max_rows=max_rows))
     emit_rows(result.columns, result.rows, fmt)
@@ -38,6 +38,8 @@ def files_command(
     db_url: DbUrlOpt = None,
 ) -> None:
     """List the files seen: ingested, already present (duplicate) or rejected and why."""
+    from frlake.catalog.store import Catalog
+
     with user_errors():
         catalog = Catalog(settings(ctx, lake, db_url).db_url)
         try:

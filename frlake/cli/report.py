@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_json, emit_rows, settings, user_errors
-from frlake.query.reports import Window, run
 
 DateOpt = Annotated[datetime | None, typer.Option(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"], show_default=False)]
 
@@ -32,6 +31,8 @@ def report_command(
 ) -> None:
     """Fleet questions over all history, each row with its evidence (jobs and
     attempts). --since/--until are dates (UTC, inclusive) of the attempts' start."""
+    from frlake.query.reports import Window, run
+
     with user_errors():
         rows = run(settings(ctx, lake, db_url), name.value, Window(since, until), limit)
     if fmt is Format.json:

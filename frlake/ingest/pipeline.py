@@ -19,7 +19,6 @@ from collections import Counter, deque
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from multiprocessing import forkserver, get_all_start_methods, get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -32,6 +31,7 @@ from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
+from frlake.ingest.pool import pool_context
 from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
 from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, cleanup_staged, enter_worker_process,
                                   process_chunk, stacks_table)
@@ -89,7 +89,7 @@ def ingest(
     ``sources`` adds candidates that carry their bytes (uploads)."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
-    pool_context = _pool_context() if options.workers > 1 or options.isolate else None
+    context = pool_context() if options.workers > 1 or options.isolate else None
     lake = Lake(settings.lake)
     lake.create()
     catalog = Catalog(settings.db_url)
@@ -100,7 +100,7 @@ def ingest(
             recover(lake, catalog)
             opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
             summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
-            run = _Run(lake, catalog, options, summary, progress, keep_file_list, pool_context)
+            run = _Run(lake, catalog, options, summary, progress, keep_file_list, context)
             try:
                 run.execute(roots, sources)
             except BaseException:
@@ -141,22 +141,6 @@ def known_stack_ids(lake: Lake, catalog: Catalog) -> set[int]:
     for f in files:
         ids.update(pq.read_table(f, columns=["stack_id"]).column(0).to_pylist())
     return ids
-
-
-def _pool_context():
-    """Workers start from a forkserver that has imported the worker module
-    once: quick to start, and never a fork of this process, which may hold
-    threads (a progress bar, a server, native libraries) and open database
-    connections that a forked child must not inherit.
-
-    The forkserver is started here, so that its imports run while this
-    process recovers the lake and scans the inputs."""
-    if "forkserver" in get_all_start_methods():
-        context = get_context("forkserver")
-        context.set_forkserver_preload(["frlake.ingest.worker"])
-        forkserver.ensure_running()
-        return context
-    return get_context("spawn")
 
 
 class _Run:
