@@ -130,9 +130,14 @@ class Lake:
             pass
 
     def clear_staging(self) -> None:
-        if self.staging.exists():
-            shutil.rmtree(self.staging)
+        """Empty .staging (only under the write lock). The folder itself stays:
+        another ingest may be creating the lake's folders before it waits for the lock."""
         self.staging.mkdir(parents=True, exist_ok=True)
+        for child in self.staging.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink(missing_ok=True)
 
     @contextmanager
     def write_lock(self, wait: bool = True) -> Iterator[None]:

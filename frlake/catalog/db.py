@@ -15,6 +15,7 @@ from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
 HEAD_REVISION = "0003"
+WRITE = "frlake_write"  # execution option of a session that will write
 
 
 def make_engine(url: str) -> Engine:
@@ -39,10 +40,11 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn):  # pragma: no cover - exercised by every sqlite test
-            # IMMEDIATE: take the write lock up front (waiting up to the busy timeout). A deferred
-            # transaction that reads and then writes fails at once, without waiting, when another
-            # connection wrote in between (SQLITE_BUSY_SNAPSHOT): concurrent uploads hit that.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # A transaction that will write takes the write lock up front (IMMEDIATE, waiting up to
+            # the busy timeout): a deferred one that reads and then writes fails at once, without
+            # waiting, when another connection wrote in between (SQLITE_BUSY_SNAPSHOT). Readers
+            # stay deferred and never wait for writers (WAL).
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
 
         return engine
     if url.startswith("postgresql://"):
@@ -116,11 +118,13 @@ def ensure_current(engine: Engine, db_url_hint: str) -> None:
 
 
 @contextmanager
-def session_scope(factory: sessionmaker) -> Iterator[Session]:
+def session_scope(factory: sessionmaker, write: bool = False) -> Iterator[Session]:
     """Commit on success, roll back on error, always close; database errors
-    come out as CatalogError."""
+    come out as CatalogError. ``write``: the transaction will write."""
     session = factory()
     try:
+        if write:
+            session.connection(execution_options={WRITE: True})
         yield session
         session.commit()
     except SQLAlchemyError as exc:

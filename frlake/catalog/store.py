@@ -123,12 +123,12 @@ class Catalog:
     def close(self) -> None:
         self.engine.dispose()
 
-    def session(self):
-        return db.session_scope(self._sessions)
+    def session(self, write: bool = False):
+        return db.session_scope(self._sessions, write)
 
     # -- ingest runs --------------------------------------------------------
     def begin_run(self, sources: str, options: str) -> int:
-        with self.session() as s:
+        with self.session(write=True) as s:
             run = IngestRun(
                 started_at=utcnow(), status="running", sources=sources, options=options,
                 n_ingested=0, n_duplicate=0, n_rejected=0, n_unchanged=0,
@@ -138,7 +138,7 @@ class Catalog:
             return run.id
 
     def finish_run(self, run_id: int, status: str, counts: dict[str, int]) -> None:
-        with self.session() as s:
+        with self.session(write=True) as s:
             s.execute(
                 update(IngestRun)
                 .where(IngestRun.id == run_id)
@@ -170,7 +170,7 @@ class Catalog:
     def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
         """Record Parquet files about to be moved into the lake (the intent)."""
         now = utcnow()
-        with self.session() as s:
+        with self.session(write=True) as s:
             rows = [
                 LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
                          bytes=f.bytes, run_id=run_id, status="pending", created_at=now)
@@ -185,7 +185,7 @@ class Catalog:
             return [tuple(r) for r in s.execute(select(LakeFile.id, LakeFile.path).where(LakeFile.status == "pending"))]
 
     def drop_lake_files(self, ids: Sequence[int]) -> None:
-        with self.session() as s:
+        with self.session(write=True) as s:
             for chunk in _chunks(list(ids)):
                 s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
 
@@ -208,7 +208,7 @@ class Catalog:
         """One transaction: the dumps, the files that produced them, and the
         Parquet files that hold their rows become visible together."""
         now = utcnow()
-        with self.session() as s:
+        with self.session(write=True) as s:
             attempt_ids = self._attempt_ids(s, dumps, now)
             if dumps:
                 s.execute(insert(Dump), [
@@ -323,7 +323,7 @@ class Catalog:
     def save_diagnosis(self, report: dict, culprits: Sequence[dict], rank_stats: Sequence[dict] = ()) -> None:
         """Store (or replace) the diagnosis of one attempt."""
         now = utcnow()
-        with self.session() as s:
+        with self.session(write=True) as s:
             attempt_id = s.scalar(
                 select(Attempt.id).join(Job, Job.id == Attempt.job_id)
                 .where(Job.name == report["job"], Attempt.number == report["attempt"])
