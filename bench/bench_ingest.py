@@ -106,18 +106,18 @@ def main() -> None:
                     raise
                 shutil.copy(p, target)  # another filesystem: target is new, so a copy is safe
             n += 1
-    many_lake = Settings.resolve(work / "lake-many")
-    t_first, first = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
-    t_again, again = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
-    assert again.unchanged == n and again.ingested == 0
-    results.update({"rescan_tree_files": n, "rescan_tree_first_s": round(t_first, 3),
-                    "rescan_tree_noop_s": round(t_again, 3)})
+    if n:
+        many_lake = Settings.resolve(work / "lake-many")
+        t_first, first = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
+        t_again, again = timed(lambda: ingest([big], many_lake, IngestOptions(workers=2)))
+        assert again.unchanged == n and again.ingested == 0
+        results.update({"rescan_tree_files": n, "rescan_tree_first_s": round(t_first, 3),
+                        "rescan_tree_noop_s": round(t_again, 3), "rescan_us_per_file": round(t_again / n * 1e6, 1)})
 
     results["ratio_ingest_w1_vs_plain"] = round(results["ingest_w1_s"] / t_plain, 2)
     results["ratio_ingest_w2_vs_plain"] = round(results["ingest_w2_s"] / t_plain, 2)
     results["speedup_w2_vs_w1"] = round(results["ingest_w1_s"] / results["ingest_w2_s"], 2)
     results["parquet_over_pickle"] = round(results["parquet_bytes"] / pickle_bytes, 3)
-    results["rescan_us_per_file"] = round(t_again / n * 1e6, 1)
 
     print(f"{len(files)} files, {pickle_bytes / 1e6:.0f} MB of pickles, {results['entries_w1']:,} entries")
     print(f"  plain pickle.load      {t_plain:7.2f} s")
@@ -127,8 +127,9 @@ def main() -> None:
     print(f"  no-op re-scan           {t_noop:7.2f} s")
     print(f"  Parquet {results['parquet_bytes'] / 1e6:.1f} MB = {results['parquet_over_pickle']} of the pickle bytes "
           f"(raw copies {results['raw_copy_bytes'] / 1e6:.1f} MB, zstd)")
-    print(f"  no-op re-scan of {n:,} files: {t_again:.2f} s ({results['rescan_us_per_file']} us per file; "
-          f"first pass {t_first:.1f} s)")
+    if n:
+        print(f"  no-op re-scan of {n:,} files: {t_again:.2f} s ({results['rescan_us_per_file']} us per file; "
+              f"first pass {t_first:.1f} s)")
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "ingest.json").write_text(json.dumps(results, indent=2) + "\n")
