@@ -54,3 +54,21 @@ def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_
                   f"{d.root.rank if d.root else None}")
     assert frlake_ok == len(rows)
     assert frlake_ok >= torch_ok
+
+
+def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
+    """Real gloo dumps (tests/fixtures/real/extra_collective): rank 0 issued one all_reduce too many,
+    and rank 7 wrote no dump. torch gives up on the missing file; frlake names rank 0."""
+    from frlake.config import Settings
+    from frlake.ingest import ingest
+    from tests.conftest import FIXTURES
+
+    tree = FIXTURES / "real" / "extra_collective"
+    v = run_torch_on_attempt(tree / "job-extra" / "attempt-0")
+    assert v.gave_up and v.named_rank is None
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tree / "job-extra"], settings).rejected == 0
+    for attempt in (0, 1):  # pickle, JSON
+        d = diagnose(settings, "job-extra", attempt, store=False)
+        assert (d.verdict, d.root.rank, d.root.host, d.root.reason) == ("mismatch", 0, "host-a", "size_mismatch")
+        assert d.ranks_missing_dump == [7]
