@@ -21,6 +21,8 @@ END_MARKER = "(op = 'coalesced' OR (op LIKE '%coalesced' AND len(coalesce(input_
 _SIZE_SIG = f"""CASE WHEN op IN {ALL_TO_ALL} THEN hash(op)
                      WHEN op = 'scatter' THEN hash(output_sizes) WHEN op = 'gather' THEN hash(input_sizes)
                      ELSE hash(input_sizes, output_sizes) END"""
+# Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
+_IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
 _DTYPE_SIG = """CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op = 'gather' THEN hash(input_dtypes)
                      ELSE hash(input_dtypes, output_dtypes) END"""
 
@@ -89,21 +91,20 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     """
     if con.execute("SELECT count(*) FROM _blk").fetchone()[0]:
         con.execute(
-            """
+            f"""
             CREATE OR REPLACE TEMP TABLE _blk_calls AS
             SELECT e.rank, e.pg_name, any_value(pg_desc) AS pg_desc, e.seq, min(entry_index) AS entry_index,
                    min(t) AS t, arg_min(op, entry_index) AS op, arg_min(stack_id, entry_index) AS stack_id,
                    hash(sum(type_sig::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
                    hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, any_value(b.state) AS state
             FROM _e e JOIN (SELECT rank, pg_name, seq, p2p_seq, min(state) AS state FROM _blk GROUP BY ALL) b
-              ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
+              ON {_IN_BLOCK}
             WHERE NOT is_p2p AND NOT marker
             GROUP BY e.rank, e.pg_name, e.seq
             """
         )
-        calls += """
-          AND NOT EXISTS (SELECT 1 FROM _blk b WHERE b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq
-                                                 AND b.p2p_seq = coalesce(e.p2p_seq, -1))
+        calls += f"""
+          AND NOT EXISTS (SELECT 1 FROM _blk b WHERE {_IN_BLOCK})
         UNION ALL SELECT * FROM _blk_calls
         """
     con.execute(f"CREATE OR REPLACE TEMP VIEW _c AS {calls}")
@@ -147,11 +148,11 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
     last = {}
     for row in con.execute(
-        """
+        f"""
         WITH s AS (  -- the ops of a coalesced block stay "scheduled"; its end marker has the state
           SELECT e.rank, e.entry_index, coalesce(b.state, e.state) AS state
           FROM _e e LEFT JOIN _blk b
-            ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
+            ON {_IN_BLOCK}
           WHERE NOT e.marker
         ), k AS (
           SELECT rank,
@@ -164,7 +165,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
                coalesce(b.state, e.state), e.t, e.stack_id
         FROM _e e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
         LEFT JOIN _blk b
-          ON b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)
+          ON {_IN_BLOCK}
         """
     ).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row

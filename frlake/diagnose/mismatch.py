@@ -194,12 +194,12 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
     for row in con.execute(_P2P_PAIRS).fetchall():
         sender, receiver, pg, desc, seq, sizes, dtypes, s_t, r_t, s_stack, r_stack, s_i, r_i, s_changed, r_changed = row
         reason = "size_mismatch" if sizes else "dtype_mismatch"
-        sides = [(receiver, "recv", r_t, r_stack, r_i), (sender, "send", s_t, s_stack, s_i)]
+        recv_tensors, send_tensors = _p2p_tensors(con, ev, receiver, r_i), _p2p_tensors(con, ev, sender, s_i)
+        sides = [(receiver, "recv", r_t, r_stack, recv_tensors, send_tensors),
+                 (sender, "send", s_t, s_stack, send_tensors, recv_tensors)]
         if s_changed and not r_changed:
             sides.reverse()
-        for rank, op, t, stack_id, index in sides[:1] if bool(s_changed) != bool(r_changed) else sides:
-            peer = sender if rank == receiver else receiver
-            mine, theirs = _p2p_tensors(con, ev, rank, index), _p2p_tensors(con, ev, peer, s_i if peer == sender else r_i)
+        for rank, op, t, stack_id, mine, theirs in sides[:1] if bool(s_changed) != bool(r_changed) else sides:
             out.append(Mismatch(rank, reason, pg, desc, seq, op, theirs, mine, t, stack_id))
     return out
 

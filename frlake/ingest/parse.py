@@ -209,9 +209,9 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     found = set(map(type, raw)) - {dict}
     if found:
         raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
-    cols, kinds, present = _columns(raw)
+    cols, kinds, unknown = _columns(raw)
     extras: list[str | None] = [None] * n
-    if present != sum(map(len, raw)):  # some entry has keys this frlake does not know
+    if unknown:  # some entry has keys this frlake does not know
         for i, e in enumerate(raw):
             if not e.keys() <= KNOWN_ENTRY_KEYS:
                 extras[i] = bounded_json({k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}, budget, limits)
@@ -308,9 +308,9 @@ def _wrong_type(name: str, found: set[type]) -> DumpRejected:
     return DumpRejected("bad_schema", f"field '{name}' holds a value of type {names}")
 
 
-def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], int]:
+def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], bool]:
     """Every known field of every entry as a column, the Python types found in
-    each column, and how many known fields the entries hold in all.
+    each column, and whether some entry holds a field this frlake does not know.
 
     The fields that the first and last entries share (nearly all of them in a
     real dump) are read by one C-level ``itemgetter`` call per entry and then
@@ -327,8 +327,8 @@ def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], int]:
             continue
         cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
         break
-    present = n * len(cols)
-    only_shared = present == sum(map(len, raw))  # then no entry holds any other field
+    present, total = n * len(cols), sum(map(len, raw))
+    only_shared = present == total  # then no entry holds any other field
     kinds = {name: set(map(type, col)) for name, col in cols.items()}
     for name in _FIELDS:
         if name in cols:
@@ -345,7 +345,7 @@ def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], int]:
             found.add(_NONE)
         present += n
         cols[name], kinds[name] = col, found
-    return cols, kinds, present
+    return cols, kinds, present != total
 
 
 def _flatten(values: list, name: str, budget: _Budget, max_len: int, what: str) -> tuple[list, pa.Array, pa.Array | None]:
@@ -355,18 +355,18 @@ def _flatten(values: list, name: str, budget: _Budget, max_len: int, what: str) 
     found = set(map(type, values))
     if found - {list, _NONE}:
         raise _wrong_type(name, found - {list, _NONE})
-    lists = [v for v in values if v is not None] if _NONE in found else values
-    lengths = list(map(len, lists))
+    if _NONE in found:
+        lists = [v for v in values if v is not None]
+        lengths = [0 if v is None else len(v) for v in values]
+    else:
+        lists, lengths = values, list(map(len, values))
     if lengths and max(lengths) > max_len:
         raise DumpRejected("bad_schema", f"field '{name}' has {what} with more than {max_len:,} items")
     total = sum(lengths)
     budget.spend(total, name)
     if total >= 2**31:
         raise DumpRejected("too_large", f"field '{name}' holds {total:,} items")
-    mask = None
-    if _NONE in found:
-        lengths = [0 if v is None else len(v) for v in values]
-        mask = pa.array([v is None for v in values], pa.bool_())
+    mask = pa.array([v is None for v in values], pa.bool_()) if _NONE in found else None
     return list(chain.from_iterable(lists)), pa.array([0, *accumulate(lengths)], pa.int32()), mask
 
 
