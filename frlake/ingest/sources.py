@@ -27,6 +27,11 @@ class Source:
     mtime_ns: int
     data: bytes | None = None  # archive members carry their bytes
     problem: tuple[str, str] | None = None  # (reason, message) found while reading
+    path: str | None = None  # the file to read, when it is not ``key`` (an upload or archive member on disk)
+
+    @property
+    def fs_path(self) -> str:
+        return self.path if self.path is not None else self.key
 
 
 @dataclass(frozen=True)

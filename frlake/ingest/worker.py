@@ -189,7 +189,7 @@ def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | Non
             )
             return None, None
         try:
-            with open(src.key, "rb") as f:
+            with open(src.fs_path, "rb") as f:
                 data = f.read()  # the size was checked above; read() grows its buffer to what is there
         except OSError as exc:
             result.files.append(
