@@ -22,6 +22,7 @@ import errno
 import fcntl
 import os
 import shutil
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,15 +49,27 @@ STATISTICS_COLUMNS = ["dump_id", "rank", "host", "pg_name", "collective_seq_id",
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3)
 
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # the folder name that Hive, Spark and DuckDB read as NULL
+
+
 def partition_value(value: object) -> str:
-    """Escape a job name or attempt for a Hive folder name (as Hive and Spark do)."""
-    return quote(str(value), safe="-_.~@+")
+    """Escape a job name or attempt for a Hive folder name, so that every
+    reader (DuckDB, Spark, Hive, Trino) decodes it back to the same value:
+    percent-escapes for anything but a few safe characters, and a job named
+    like Hive's NULL marker gets its underscores escaped too."""
+    text = quote(str(value), safe="-_.~@+")
+    return text.replace("_", "%5F") if text == HIVE_NULL else text
 
 
 
 class Lake:
-    def __init__(self, root: Path):
+    """The lake folder. ``staging`` is where this process writes files before
+    they are published: by default the lake's ``.staging``; an ingest run
+    uses a folder of its own inside it (see :meth:`run_staging`)."""
+
+    def __init__(self, root: Path, staging: Path | str | None = None):
         self.root = Path(root)
+        self._staging = Path(staging) if staging is not None else None
 
     @property
     def tables(self) -> Path:
@@ -64,7 +77,11 @@ class Lake:
 
     @property
     def staging(self) -> Path:
-        return self.root / STAGING_DIR
+        return self._staging if self._staging is not None else self.root / STAGING_DIR
+
+    def for_run(self, run_id: int) -> "Lake":
+        """The same lake, staging into the folder of one ingest run."""
+        return Lake(self.root, self.root / STAGING_DIR / f"run-{run_id}")
 
     def create(self) -> None:
         for sub in (TABLES_DIR, RAW_DIR, STAGING_DIR):
@@ -129,28 +146,89 @@ class Lake:
         except FileNotFoundError:
             pass
 
-    def clear_staging(self) -> None:
-        """Empty .staging (only under the write lock). The folder itself stays:
-        another ingest may be creating the lake's folders before it waits for the lock."""
-        self.staging.mkdir(parents=True, exist_ok=True)
-        for child in self.staging.iterdir():
+    # -- runs and locks --------------------------------------------------------
+    def _run_lock_path(self, run_id: int) -> Path:
+        return self.root / STAGING_DIR / f"run-{run_id}.lock"
+
+    @contextmanager
+    def run_staging(self, run_id: int) -> Iterator["Lake"]:
+        """Hold the run's own lock and staging folder while it runs; remove
+        both afterwards. Another run's recovery treats a run whose lock is
+        free as dead and removes what it left (:meth:`clear_dead_staging`)."""
+        (self.root / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+        lock = self._run_lock_path(run_id)
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                    break  # the lock file is still the one at the path (a recovery may have unlinked it)
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        try:
+            run = self.for_run(run_id)
+            run.staging.mkdir(exist_ok=True)
+            try:
+                yield run
+            finally:
+                shutil.rmtree(run.staging, ignore_errors=True)
+                lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+    def run_alive(self, run_id: int) -> bool:
+        """Whether an ingest run still holds its lock (on this machine or any
+        other that shares the lake's file system and its locks)."""
+        try:
+            fd = os.open(self._run_lock_path(run_id), os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return True
+            raise
+        finally:
+            os.close(fd)
+        return False
+
+    def clear_dead_staging(self) -> None:
+        """Remove what dead runs left under .staging (only under the write
+        lock). Live runs' folders stay; so does .staging itself, since another
+        ingest may be creating the lake's folders before it takes the lock."""
+        staging = self.root / STAGING_DIR
+        staging.mkdir(parents=True, exist_ok=True)
+        for child in staging.iterdir():
+            name = child.name
+            number = name.removeprefix("run-").removesuffix(".lock")
+            if name.startswith("run-") and number.isdigit() and self.run_alive(int(number)):
+                continue
             if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
+                shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
 
     @contextmanager
-    def write_lock(self, wait: bool = True) -> Iterator[None]:
-        """One writer at a time per lake (flock on LAKE/.lock)."""
+    def write_lock(self, timeout: float | None = None) -> Iterator[None]:
+        """One writer at a time per lake (flock on LAKE/.lock). Waits at most
+        ``timeout`` seconds (None: as long as it takes), then raises LakeLocked."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES):
-                    raise LakeLocked(f"another frlake ingest is writing to {self.root}") from None
-                raise
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise LakeLocked(f"the lake {self.root} is busy: another frlake has held its write lock "
+                                         f"for more than {timeout:g} s; try again later") from None
+                    time.sleep(0.05)
             yield
         finally:
             os.close(fd)

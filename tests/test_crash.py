@@ -75,3 +75,4 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
     assert done.returncode == 0, done.stderr
     lake_is_consistent(settings)
     assert snapshot(settings) == clean
+    assert Catalog(settings.db_url).pending_diagnoses() == [], "whatever was committed is diagnosed"

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 WRITE = "frlake_write"  # execution option of a session that will write
 
 
@@ -82,13 +82,50 @@ def downgrade(engine: Engine, revision: str) -> None:
     _run(engine, "downgrade", revision)
 
 
-def _run(engine: Engine, fn_name: str, revision: str) -> None:
+# Any fixed 64-bit number: the PostgreSQL advisory lock that serialises
+# migrations of one catalog (two first ingests racing to create it).
+_MIGRATION_LOCK = 0x66726C616B65
+
+
+@contextmanager
+def _migration_connection(engine: Engine) -> Iterator[Connection]:
+    """One connection, in one transaction that holds the catalog's write lock
+    for the whole migration, so concurrent processes take turns.
+
+    SQLite: foreign keys are off while migrating. A batch migration (any
+    column change) copies a table, drops the old one and renames the copy;
+    with foreign keys on, dropping ``incidents`` would cascade into every
+    culprit row. The pragma only works outside a transaction, so it is set on
+    the raw connection before SQLAlchemy begins one (as Prefect does)."""
+    with engine.connect() as conn:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.execution_options(**{WRITE: True}).begin():
+                if engine.dialect.name == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+                yield conn
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+
+
+def _revision_of(conn: Connection) -> str | None:
+    if "alembic_version" not in inspect(conn).get_table_names():
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _run(engine: Engine, fn_name: str, revision: str, *, only_if_new: bool = False) -> None:
     from alembic import command
 
     fn = getattr(command, fn_name)
     cfg = alembic_config(engine)
     try:
-        with engine.begin() as conn:
+        with _migration_connection(engine) as conn:
+            if only_if_new and (_revision_of(conn) is not None or inspect(conn).get_table_names()):
+                return  # another process created the catalog while this one waited for the lock
             cfg.attributes["connection"] = conn
             fn(cfg, revision)
     except SQLAlchemyError as exc:
@@ -99,14 +136,15 @@ def ensure_current(engine: Engine, db_url_hint: str) -> None:
     """Create an empty catalog from the migrations; refuse a stale one.
 
     A brand-new database (no tables at all) is initialised, so the embedded
-    default needs no set-up. A catalog at another revision is refused with the
-    command that fixes it: frlake never migrates a shared catalog silently.
+    default needs no set-up; processes that start together take turns, and
+    only the first creates it. A catalog at another revision is refused with
+    the command that fixes it: frlake never migrates a shared catalog silently.
     """
     try:
         current = current_revision(engine)
         if current is None and not inspect(engine).get_table_names():
-            upgrade(engine)
-            return
+            _run(engine, "upgrade", "head", only_if_new=True)
+            current = current_revision(engine)
     except SQLAlchemyError as exc:
         raise CatalogError(f"cannot open the catalog at {engine.url!r}: {exc}") from exc
     head = head_revision()

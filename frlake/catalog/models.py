@@ -55,6 +55,8 @@ class Attempt(Base):
     # Earliest and latest time_created of any entry in the attempt's dumps.
     started_ns: Mapped[int | None] = mapped_column(BigInteger)
     ended_ns: Mapped[int | None] = mapped_column(BigInteger)
+    # Goes up with every commit that adds dumps; a diagnosis older than it is pending.
+    revision: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Dump(Base):
@@ -128,6 +130,14 @@ class IncidentRow(Base):
     algorithm_version: Mapped[int] = mapped_column(Integer)
     diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     report: Mapped[str] = mapped_column(Text)  # the full diagnosis as JSON
+    attempt_revision: Mapped[int] = mapped_column(BigInteger, server_default="0")  # the revision it saw
+
+
+class StackId(Base):
+    """A stack id stored in the lake's ``stacks`` table (each stack is stored once)."""
+
+    __tablename__ = "stack_ids"
+    stack_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
 
 
 class CulpritRow(Base):

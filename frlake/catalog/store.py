@@ -12,7 +12,8 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
-from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile
+from frlake.catalog.models import (Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile,
+                                  StackId)
 
 _CHUNK = 500  # bound on IN (...) lists
 _FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank")
@@ -180,9 +181,11 @@ class Catalog:
             s.flush()
             return [r.id for r in rows]
 
-    def pending_lake_files(self) -> list[tuple[int, str]]:
+    def pending_lake_files(self) -> list[tuple[int, str, int]]:
+        """(id, path, run id) of every Parquet file recorded as being published."""
         with self.session() as s:
-            return [tuple(r) for r in s.execute(select(LakeFile.id, LakeFile.path).where(LakeFile.status == "pending"))]
+            return [tuple(r) for r in s.execute(
+                select(LakeFile.id, LakeFile.path, LakeFile.run_id).where(LakeFile.status == "pending"))]
 
     def drop_lake_files(self, ids: Sequence[int]) -> None:
         with self.session(write=True) as s:
@@ -198,17 +201,40 @@ class Catalog:
         with self.session() as s:
             return list(s.scalars(q.order_by(LakeFile.id)))
 
+    def new_stack_ids(self, ids: Iterable[int]) -> set[int]:
+        """The ids among ``ids`` that the lake's stacks table does not hold yet."""
+        new = set(ids)
+        with self.session() as s:
+            for chunk in _chunks(sorted(new)):
+                new.difference_update(s.scalars(select(StackId.stack_id).where(StackId.stack_id.in_(chunk))))
+        return new
+
+    def stack_index_is_empty(self) -> bool:
+        with self.session() as s:
+            return s.scalar(select(StackId.stack_id).limit(1)) is None
+
+    def index_stacks(self, ids: Iterable[int]) -> None:
+        """Fill the stack index from the lake (catalogs made before it existed)."""
+        rows = sorted(set(ids))
+        with self.session(write=True) as s:
+            for chunk in _chunks(rows):
+                s.execute(insert(StackId), [{"stack_id": i} for i in chunk])
+
     def commit_batch(
         self,
         run_id: int,
         lake_file_ids: Sequence[int],
         dumps: Sequence[DumpRecord],
         files: Sequence[FileRecord],
+        stack_ids: Sequence[int] = (),
     ) -> None:
         """One transaction: the dumps, the files that produced them, and the
-        Parquet files that hold their rows become visible together."""
+        Parquet files that hold their rows become visible together, and the
+        attempts they join go up one revision (their diagnosis is pending)."""
         now = utcnow()
         with self.session(write=True) as s:
+            if stack_ids:
+                s.execute(insert(StackId), [{"stack_id": i} for i in stack_ids])
             attempt_ids = self._attempt_ids(s, dumps, now)
             if dumps:
                 s.execute(insert(Dump), [
@@ -240,11 +266,12 @@ class Catalog:
             att = s.scalar(select(Attempt).where(Attempt.job_id == job.id, Attempt.number == number))
             if att is None:
                 att = Attempt(job_id=job.id, number=number, first_seen_at=now, last_seen_at=now,
-                              started_ns=first, ended_ns=last)
+                              started_ns=first, ended_ns=last, revision=1)
                 s.add(att)
                 s.flush()
             else:
                 att.last_seen_at = now
+                att.revision = (att.revision or 0) + 1
                 if first is not None:
                     att.started_ns = first if att.started_ns is None else min(att.started_ns, first)
                 if last is not None:
@@ -320,8 +347,10 @@ class Catalog:
             return out
 
     # -- diagnoses --------------------------------------------------------------
-    def save_diagnosis(self, report: dict, culprits: Sequence[dict], rank_stats: Sequence[dict] = ()) -> None:
-        """Store (or replace) the diagnosis of one attempt."""
+    def save_diagnosis(self, report: dict, culprits: Sequence[dict], rank_stats: Sequence[dict] = (),
+                       revision: int = 0) -> None:
+        """Store (or replace) the diagnosis of one attempt, made from what the
+        attempt held at ``revision``."""
         now = utcnow()
         with self.session(write=True) as s:
             attempt_id = s.scalar(
@@ -339,7 +368,7 @@ class Catalog:
                 attempt_id=attempt_id, verdict=report["verdict"], summary=report["summary"],
                 world_size=report["world_size"], n_dumps=len(report["ranks_dumped"]),
                 algorithm_version=report["algorithm_version"], diagnosed_at=now,
-                report=json.dumps(report, default=str),
+                report=json.dumps(report, default=str), attempt_revision=revision,
             )
             s.add(incident)
             s.flush()
@@ -408,6 +437,41 @@ class Catalog:
                 s.scalar(select(func.max(IngestRun.id))),
                 s.scalar(select(func.max(Attempt.last_seen_at))),
             )
+
+    def attempt_revision(self, job: str, attempt: int) -> int | None:
+        """The attempt's revision (None if the lake has no such attempt)."""
+        with self.session() as s:
+            return s.scalar(
+                select(Attempt.revision).join(Job, Job.id == Attempt.job_id)
+                .where(Job.name == job, Attempt.number == attempt)
+            )
+
+    def pending_diagnoses(self) -> list[tuple[str, int]]:
+        """Attempts whose stored diagnosis is missing or older than their dumps."""
+        q = (
+            select(Job.name, Attempt.number)
+            .join(Attempt, Attempt.job_id == Job.id)
+            .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+            .where((IncidentRow.id.is_(None)) | (IncidentRow.attempt_revision < Attempt.revision))
+            .order_by(Job.name, Attempt.number)
+        )
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(q)]
+
+    def rank_conflicts(self, attempts: Iterable[tuple[str, int]]) -> list[tuple[str, int, int, int]]:
+        """(job, attempt, rank, dumps) for every rank of these attempts that
+        more than one distinct dump claims (snapshots, or a conflict to look at)."""
+        wanted = set(attempts)
+        if not wanted:
+            return []
+        q = (
+            select(Job.name, Attempt.number, Dump.rank, func.count(Dump.id))
+            .join(Attempt, Attempt.job_id == Job.id).join(Dump, Dump.attempt_id == Attempt.id)
+            .group_by(Job.name, Attempt.number, Dump.rank).having(func.count(Dump.id) > 1)
+            .order_by(Job.name, Attempt.number, Dump.rank)
+        )
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(q) if (r[0], r[1]) in wanted]
 
     def has_attempt(self, job: str, attempt: int) -> bool:
         with self.session() as s:

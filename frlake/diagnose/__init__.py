@@ -25,13 +25,14 @@ def diagnose(settings: Settings, job: str, attempt: int | None = None, *, store:
             attempt = max(numbers)
         elif not catalog.has_attempt(job, attempt):
             raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
+        revision = catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they are
         con = connect(settings.lake, settings.db_url, catalog_views=(), partition=(job, attempt))
         try:
             diag = diagnose_attempt(con, job, attempt)
         finally:
             con.close()
         if store:
-            save(catalog, diag)
+            save(catalog, diag, revision)
         return diag
     finally:
         catalog.close()
@@ -47,19 +48,20 @@ def diagnose_many(settings: Settings, attempts: Iterable[tuple[str, int]] | None
     try:
         out = []
         for job, attempt in (list(attempts) if attempts is not None else catalog.attempt_keys()):
+            revision = catalog.attempt_revision(job, attempt) or 0
             con = connect(settings.lake, settings.db_url, catalog_views=(), partition=(job, attempt))
             try:
                 diag = diagnose_attempt(con, job, attempt)
             finally:
                 con.close()
-            save(catalog, diag)
+            save(catalog, diag, revision)
             out.append(diag)
         return out
     finally:
         catalog.close()
 
 
-def save(catalog: Catalog, diag: Diagnosis) -> None:
+def save(catalog: Catalog, diag: Diagnosis, revision: int = 0) -> None:
     rows = []
     for c in diag.culprits:
         rows.append({
@@ -67,7 +69,7 @@ def save(catalog: Catalog, diag: Diagnosis) -> None:
             "seq": c.seq, "op": c.op, "lateness_ms": c.lateness_ms,
             "stack_signature": stack_signature(c.stack), "top_frame": top_frame(c.stack),
         })
-    catalog.save_diagnosis(diag.to_dict(), rows, diag.rank_lateness)
+    catalog.save_diagnosis(diag.to_dict(), rows, diag.rank_lateness, revision)
 
 
 __all__ = ["ALGORITHM_VERSION", "Culprit", "Diagnosis", "diagnose", "diagnose_many", "save"]

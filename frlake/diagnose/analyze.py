@@ -20,6 +20,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
     diag = Diagnosis(job=job, attempt=attempt, verdict="healthy", world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev))
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
+    diag.several_dumps = [{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())]
 
     mismatches = mismatch.find(con, ev)
     stalls = hang.stalls(ev)

@@ -23,6 +23,10 @@ _SIZE_SIG = f"""CASE WHEN op IN {ALL_TO_ALL} THEN hash(op)
                      ELSE hash(input_sizes, output_sizes) END"""
 # Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
 _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
+# When several dumps claim one rank of an attempt (snapshots, a file rewritten in place, a copy), the
+# diagnosis reads the newest: by its newest entry, then the file's mtime, then its bytes. Never by the
+# order of ingest, so the same dumps give the same diagnosis whatever order they arrived in.
+NEWEST_DUMP = "last_time_created_ns DESC NULLS LAST, source_mtime_ns DESC NULLS LAST, sha256"
 _DTYPE_SIG = """CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op = 'gather' THEN hash(input_dtypes)
                      ELSE hash(input_dtypes, output_dtypes) END"""
 
@@ -52,16 +56,17 @@ class Evidence:
     first_seq: dict[tuple[int, str], int]
     last: dict[int, LastEntry]  # where each rank is stuck: its first unfinished entry, else its last
     world: list[int] = field(default_factory=list)
+    several_dumps: dict[int, int] = field(default_factory=dict)  # rank -> dumps that claim it (the newest is used)
 
 
 def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     params = {"job": job, "attempt": attempt}
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE _d AS
         SELECT rank, host, dump_id, first_record_id FROM dumps
         WHERE job = $job AND attempt = $attempt
-        QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ingested_at DESC, dump_id) = 1
+        QUALIFY row_number() OVER (PARTITION BY rank ORDER BY {NEWEST_DUMP}) = 1
         """,
         params,
     )
@@ -173,11 +178,14 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         if is_p2p and src is not None and dst is not None:
             peer = _global_peer(members.get(pg), rank, src, dst)
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
+    several = dict(con.execute(
+        "SELECT rank, count(*) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank HAVING count(*) > 1",
+        params).fetchall())
     world = set(hosts)
     for ranks in members.values():
         world.update(ranks)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in members.items()}, desc,
-                    last_seq, first_seq, last, sorted(world))
+                    last_seq, first_seq, last, sorted(world), several)
 
 
 def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:

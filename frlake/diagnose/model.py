@@ -41,6 +41,8 @@ class Diagnosis:
     ranks_missing_dump: list[int] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)
     rank_lateness: list[dict] = field(default_factory=list)
+    # ranks claimed by more than one dump, {"rank": r, "dumps": n}: the newest dump of each was used
+    several_dumps: list[dict] = field(default_factory=list)
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

@@ -51,6 +51,7 @@ class IngestOptions:
     diagnose: bool = True  # diagnose the attempts that received new dumps
     chunk_bytes: int = 256 << 20
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
+    lock_timeout_s: float | None = 600.0  # how long a batch waits for another writer to release the lake
 
 
 @dataclass
@@ -67,6 +68,7 @@ class IngestSummary:
     rejected_files: list[dict] = field(default_factory=list)
     ingested_files: list[dict] = field(default_factory=list)
     diagnosed: list[dict] = field(default_factory=list)
+    conflicts: list[dict] = field(default_factory=list)  # ranks of touched attempts claimed by several dumps
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,7 +88,9 @@ def ingest(
 ) -> IngestSummary:
     """Ingest files, folders and tar archives into the lake. Idempotent.
 
-    ``sources`` adds candidates that carry their bytes (uploads)."""
+    ``sources`` adds candidates that carry their bytes (uploads). Parsing runs
+    without the lake's write lock (untrusted input never holds up other
+    writers); each batch takes it only to publish."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
     context = pool_context() if options.workers > 1 or options.isolate else None
@@ -96,26 +100,30 @@ def ingest(
     started = time.perf_counter()
     summary = IngestSummary()
     try:
-        with lake.write_lock():
+        with lake.write_lock(options.lock_timeout_s):
             recover(lake, catalog)
-            opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
-            summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
-            run = _Run(lake, catalog, options, summary, progress, keep_file_list, context)
+        opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
+        summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
+        with lake.run_staging(summary.run_id) as run_lake:
+            run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
             try:
                 run.execute(roots, sources)
             except BaseException:
                 catalog.finish_run(summary.run_id, "failed", _counts(summary))
                 raise
             catalog.finish_run(summary.run_id, "finished", _counts(summary))
+        summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
+                             for j, a, r, n in catalog.rank_conflicts(run.touched)]
+        pending = catalog.pending_diagnoses() if options.diagnose else []
     finally:
         catalog.close()
-    if options.diagnose and run.touched:
+    if pending:
         from frlake.diagnose import diagnose_many
 
         summary.diagnosed = [
             {"job": d.job, "attempt": d.attempt, "verdict": d.verdict, "summary": d.summary,
              "culprits": [{k: v for k, v in c.to_dict().items() if k != "stack"} for c in d.culprits[:3]]}
-            for d in diagnose_many(settings, sorted(run.touched))
+            for d in diagnose_many(settings, pending)
         ]
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
@@ -126,21 +134,19 @@ def _counts(s: IngestSummary) -> dict[str, int]:
 
 
 def recover(lake: Lake, catalog: Catalog) -> int:
-    """Undo publications a crashed run left half-done; clear staging."""
-    pending = catalog.pending_lake_files()
-    for _, path in pending:
+    """Under the write lock: undo the publications that dead runs left
+    half-done, clear their staging folders, and index the stacks of a lake
+    made before the catalog kept a stack index. Live runs are left alone."""
+    dead = [(i, path) for i, path, run_id in catalog.pending_lake_files() if not lake.run_alive(run_id)]
+    for _, path in dead:
         lake.remove(path)
-    catalog.drop_lake_files([i for i, _ in pending])
-    lake.clear_staging()
-    return len(pending)
-
-
-def known_stack_ids(lake: Lake, catalog: Catalog) -> set[int]:
-    files = [str(lake.root / p) for p in catalog.lake_files("stacks")]
-    ids: set[int] = set()
-    for f in files:
-        ids.update(pq.read_table(f, columns=["stack_id"]).column(0).to_pylist())
-    return ids
+    catalog.drop_lake_files([i for i, _ in dead])
+    lake.clear_dead_staging()
+    stack_files = catalog.lake_files("stacks")
+    if stack_files and catalog.stack_index_is_empty():
+        catalog.index_stacks(chain.from_iterable(
+            pq.read_table(lake.root / f, columns=["stack_id"]).column(0).to_pylist() for f in stack_files))
+    return len(dead)
 
 
 class _Run:
@@ -150,8 +156,8 @@ class _Run:
         self.pool_context = pool_context
         self.progress = progress
         self.keep_file_list = keep_file_list
-        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits)
-        self.known_stacks = known_stack_ids(lake, catalog)
+        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits,
+                                 str(lake.staging))
         self.batch = 0
         self.files_done = 0
         self.archives: list[FileRecord] = []
@@ -300,29 +306,34 @@ class _Run:
     # -- publishing -----------------------------------------------------------
     def _commit(self, result: ChunkResult) -> None:
         try:
-            self._drop_known(result)
-            new_stacks = {k: v for k, v in result.stacks.items() if k not in self.known_stacks}
-            if new_stacks:
-                table = stacks_table(new_stacks)
-                rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
-                staged, size = self.lake.stage_table(table)
-                result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
-            specs = [LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes) for s in result.staged]
-            ids = self.catalog.add_pending(self.summary.run_id, specs) if specs else []
-            try:
-                for s in result.staged:
-                    self.lake.publish(Path(s.staged), s.rel_path)
-                self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files)
-            except BaseException:
-                for s in result.staged:
-                    self.lake.remove(s.rel_path)
-                self.catalog.drop_lake_files(ids)
-                raise
-            self.known_stacks.update(new_stacks)
-            self.touched.update((d.job, d.attempt) for d in result.dumps)
+            with self.lake.write_lock(self.options.lock_timeout_s):
+                self._publish(result)
         finally:
             cleanup_staged(result)
         self._tally(result)
+
+    def _publish(self, result: ChunkResult) -> None:
+        """Under the write lock: what other runs committed meanwhile is a
+        duplicate; the rest is published and committed in one transaction."""
+        self._drop_known(result)
+        new_stacks = self.catalog.new_stack_ids(result.stacks) if result.dumps else set()
+        if new_stacks:
+            table = stacks_table({k: result.stacks[k] for k in new_stacks})
+            rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
+            staged, size = self.lake.stage_table(table)
+            result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
+        specs = [LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes) for s in result.staged]
+        ids = self.catalog.add_pending(self.summary.run_id, specs) if specs else []
+        try:
+            for s in result.staged:
+                self.lake.publish(Path(s.staged), s.rel_path)
+            self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files, sorted(new_stacks))
+        except BaseException:
+            for s in result.staged:
+                self.lake.remove(s.rel_path)
+            self.catalog.drop_lake_files(ids)
+            raise
+        self.touched.update((d.job, d.attempt) for d in result.dumps)
 
     def _drop_known(self, result: ChunkResult) -> None:
         """Bytes another chunk committed meanwhile are duplicates: take them out."""

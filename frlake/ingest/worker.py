@@ -36,6 +36,7 @@ class WorkerContext:
     run_id: int
     identity: IdentityOptions
     limits: Limits = Limits()
+    staging: str | None = None  # the run's own staging folder
 
 
 @dataclass
@@ -126,7 +127,7 @@ def _catalog(ctx: WorkerContext) -> Catalog:
 
 
 def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> ChunkResult:
-    lake = Lake(ctx.lake_root)
+    lake = Lake(ctx.lake_root, ctx.staging)
     resolver = IdentityResolver(ctx.identity)
     result = ChunkResult()
     loaded: list[tuple[Source, bytes | None, str | None]] = []

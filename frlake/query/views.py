@@ -27,6 +27,15 @@ _DERIVED = {
                min(ingested_at) AS first_seen_at, max(ingested_at) AS last_seen_at
         FROM dumps GROUP BY host
     """,
+    # Ranks of an attempt that more than one distinct dump claims: periodic snapshots, a file rewritten in
+    # place, or a copy under the wrong identity. The diagnosis reads the newest (docs/diagnose.md).
+    "dump_conflicts": """
+        SELECT job, attempt, rank, count(*) AS dumps, count(DISTINCT host) AS hosts,
+               list(struct_pack(sha256 := sha256, host := host, source_path := source_path,
+                                last_time_created := last_time_created, ingested_at := ingested_at)
+                    ORDER BY last_time_created_ns DESC NULLS LAST, source_mtime_ns DESC NULLS LAST, sha256) AS candidates
+        FROM dumps GROUP BY job, attempt, rank HAVING count(*) > 1
+    """,
 }
 
 

@@ -1,0 +1,218 @@
+"""What ingest commits stays right under crashes, concurrency and odd names:
+diagnoses that a kill interrupted are finished by the next run, a new catalog
+is created once however many ingests start together, job names round-trip
+through the Hive folders, a second dump of a rank is kept and shown, and the
+lake's write lock is held only to publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import frlake
+from frlake.catalog.store import Catalog
+from frlake.config import Settings
+from frlake.diagnose import diagnose
+from frlake.errors import LakeLocked
+from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.lake import Lake
+
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _copy_attempt(corpus: Path, dst: Path, job: str, attempt: int) -> Path:
+    target = dst / job / f"attempt-{attempt}"
+    shutil.copytree(corpus / job / f"attempt-{attempt}", target)
+    return target
+
+
+def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
+    # diagnose=False leaves the catalog exactly as a kill -9 between the commit and the diagnosis does
+    summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], lake, IngestOptions(diagnose=False))
+    assert summary.ingested == 28 and summary.diagnosed == []
+    catalog = Catalog(lake.db_url)
+    assert catalog.pending_diagnoses() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
+    again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
+    assert again.ingested == 0 and again.unchanged == 4
+    assert sorted((d["job"], d["attempt"]) for d in again.diagnosed) == [
+        ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
+    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnosis("job-223715", 0)["verdict"] == "hang"
+    catalog.close()
+
+
+def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path):
+    tree = tmp_path / "tree"
+    attempt = _copy_attempt(corpus, tree, "job-223715", 0)
+    late = attempt / "gpu-c04" / "rank_3"
+    held = tmp_path / "rank_3"
+    shutil.move(late, held)  # rank 3 arrives late
+    ingest([tree], lake)
+    catalog = Catalog(lake.db_url)
+    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnosis("job-223715", 0)["ranks_missing_dump"] == [3]
+    shutil.move(held, late)
+    ingest([tree], lake, IngestOptions(diagnose=False))
+    assert catalog.pending_diagnoses() == [("job-223715", 0)]
+    ingest([tree], lake)
+    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnosis("job-223715", 0)["ranks_missing_dump"] == []
+    catalog.close()
+
+
+def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
+    """A real kill -9 once the first dumps are committed: whatever the moment,
+    the re-run leaves no attempt undiagnosed."""
+    settings = Settings.resolve(tmp_path / "lake")
+    cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "ingest", str(corpus),
+           "--batch-files", "8", "--workers", "1", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (settings.lake / "catalog.db").exists():
+            try:
+                catalog = Catalog(settings.db_url, check=False)
+                if catalog.attempt_keys():
+                    catalog.close()
+                    break
+                catalog.close()
+            except Exception:
+                pass
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    catalog = Catalog(settings.db_url)
+    assert catalog.pending_diagnoses() == []
+    assert len(catalog.attempt_keys()) == 30
+    catalog.close()
+
+
+def _first_ingest(args: tuple[str, str, str]) -> tuple[int, str]:
+    lake, db_url, tree = args
+    cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", lake, "ingest", tree, "--workers", "1", "--quiet"]
+    if db_url:
+        cmd[3:3] = ["--db-url", db_url]
+    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_path, corpus, request):
+    db_url = request.getfixturevalue("pg_url") if backend == "postgresql" else ""
+    trees = []
+    for i, job in enumerate(("job-223715", "job-e211c0", "job-5f5228")):
+        shutil.copytree(corpus / job, tmp_path / f"t{i}" / job)
+        trees.append(str(tmp_path / f"t{i}"))
+    lake = str(tmp_path / "lake")
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(_first_ingest, [(lake, db_url, t) for t in trees]))
+    assert [code for code, _ in results] == [0, 0, 0], [err for _, err in results]
+    catalog = Catalog(db_url or Settings.resolve(lake).db_url)
+    assert sorted({job for job, _ in catalog.attempt_keys()}) == ["job-223715", "job-5f5228", "job-e211c0"]
+    catalog.close()
+
+
+@pytest.mark.parametrize("job", ["__HIVE_DEFAULT_PARTITION__", "team/a b", "100%", "null"])
+def test_job_names_round_trip_through_the_partition_folders(lake, corpus, job):
+    ingest([corpus / "job-223715" / "attempt-0"], lake,
+           IngestOptions(identity=IdentityOptions(job=job, attempt=0, layout="{host}/rank_{rank}")))
+    con = frlake.connect(lake.lake, lake.db_url)
+    assert con.execute("SELECT DISTINCT job FROM entries").fetchall() == [(job,)]
+    assert con.execute("SELECT count(*) FROM dumps WHERE job = ?", [job]).fetchone()[0] == 4
+    con.close()
+    d = diagnose(lake, job, 0)
+    assert (d.verdict, d.root.rank, d.root.host) == ("hang", 1, "gpu-b03")
+
+
+def _other_bytes_of(path: Path, dst: Path) -> None:
+    """The same dump content written as other bytes (a rewrite by another pickler)."""
+    dst.write_bytes(pickle.dumps(pickle.loads(path.read_bytes()), protocol=2))  # trusted: a corpus file
+
+
+def _diagnosis_json(settings: Settings, job: str, attempt: int) -> str:
+    d = diagnose(settings, job, attempt, store=False).to_dict()
+    d.pop("seconds")
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_path, corpus):
+    tree = tmp_path / "tree"
+    _copy_attempt(corpus, tree, "job-e211c0", 0)
+    # a dump of rank 2 from the next attempt lands in attempt 0's folder: a newer snapshot of that rank
+    extra = tree / "extra" / "job-e211c0" / "attempt-0" / "gpu-d02"
+    extra.mkdir(parents=True)
+    _other_bytes_of(corpus / "job-e211c0" / "attempt-1" / "gpu-d02" / "rank_2", extra / "rank_2")
+    first = tree / "job-e211c0"
+    orders = {"original first": [[first], [tree / "extra"]], "newer first": [[tree / "extra"], [first]],
+              "together": [[tree]]}
+    answers = {}
+    for name, runs in orders.items():
+        settings = Settings.resolve(tmp_path / name.replace(" ", "-"))
+        summaries = [ingest(paths, settings) for paths in runs]
+        assert sum(s.ingested for s in summaries) == 5
+        assert summaries[-1].conflicts == [{"job": "job-e211c0", "attempt": 0, "rank": 2, "dumps": 2}]
+        con = frlake.connect(settings.lake, settings.db_url)
+        (row,) = con.execute("SELECT job, attempt, rank, dumps, candidates FROM dump_conflicts").fetchall()
+        assert row[:4] == ("job-e211c0", 0, 2, 2)
+        assert row[4][0]["source_path"].endswith("extra/job-e211c0/attempt-0/gpu-d02/rank_2")  # the newest first
+        con.close()
+        answers[name] = _diagnosis_json(settings, "job-e211c0", 0)
+        assert json.loads(answers[name])["several_dumps"] == [{"rank": 2, "dumps": 2}]
+    assert len(set(answers.values())) == 1, "the same dumps give the same diagnosis whatever the order of ingest"
+
+
+def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
+    """While one ingest runs (between its batches), another one commits."""
+    other = Settings.resolve(lake.lake, lake.db_url)
+    inner: list = []
+
+    def progress(files: int, _bytes: int) -> None:
+        if not inner:
+            inner.append(ingest([corpus / "job-e211c0"], other, IngestOptions(lock_timeout_s=5)))
+
+    ingest([corpus / "job-223715"], lake, IngestOptions(chunk_files=1), progress)
+    assert inner and inner[0].ingested == 12
+    catalog = Catalog(lake.db_url)
+    assert {j for j, _ in catalog.attempt_keys()} == {"job-223715", "job-e211c0"}
+    catalog.close()
+
+
+def test_a_busy_lake_makes_ingest_wait_then_fail_clearly(lake, corpus):
+    Lake(lake.lake).create()
+    with Lake(lake.lake).write_lock():
+        started = time.monotonic()
+        with pytest.raises(LakeLocked, match="busy"):
+            ingest([corpus / "job-223715"], lake, IngestOptions(lock_timeout_s=0.5))
+        assert 0.4 < time.monotonic() - started < 5
+    assert ingest([corpus / "job-223715"], lake).ingested == 4
+
+
+def test_a_dead_runs_leftovers_are_removed_and_a_live_runs_kept(lake, corpus):
+    ingest([corpus / "job-223715"], lake)
+    root = Lake(lake.lake)
+    dead = root.root / ".staging" / "run-999"
+    dead.mkdir()
+    (dead / "x.parquet.tmp").write_bytes(b"left by a killed run")
+    with root.run_staging(1000) as live:
+        (live.staging / "y.parquet.tmp").write_bytes(b"being written")
+        ingest([corpus / "job-e211c0"], lake)
+        assert not dead.exists()
+        assert (live.staging / "y.parquet.tmp").exists()
+    assert not (root.root / ".staging" / "run-1000").exists()
