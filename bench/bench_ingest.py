@@ -9,7 +9,7 @@ run and from a warm page cache times:
               Parquet, catalog);
   * ingest 2: the same with --workers 2, into a fresh lake;
   * rescan  : a no-op re-run over the same tree (nothing changed), and over a
-              tree of --rescan-files files (hard links to the shared corpus).
+              tree of --rescan-files files (hard links to the test corpus).
 Prints the ratios and writes bench/results/ingest.json.
 """
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from synth import write_job  # noqa: E402
 
-CORPUS = HERE.parent.parent / "shared" / "corpus" / "visible"
+CORPUS = HERE.parent / "tests" / "corpus" / "visible"
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions, ingest  # noqa: E402

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import ingest  # noqa: E402
 
-CORPUS = ROOT.parent / "shared" / "corpus" / "visible"
+CORPUS = ROOT / "tests" / "corpus" / "visible"
 TOKEN = "bench-token"
 REQUESTS = [
     ("page jobs", "GET", "/", None),

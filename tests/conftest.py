@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
-import shutil
 import uuid
 from pathlib import Path
 
@@ -12,25 +10,13 @@ from sqlalchemy import create_engine, text
 
 from frlake.config import Settings
 from frlake.ingest import IngestOptions, ingest
-
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus" / "visible"
-TRUTH = ROOT.parent / "shared" / "corpus" / "visible_truth.json"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def load_trusted(path: Path):
-    """Read a dump we made or PyTorch wrote, for expected values in tests only."""
-    data = path.read_bytes()
-    if data[:1] == b"{":
-        return json.loads(data)
-    return pickle.loads(data)  # trusted test input, never product code
+from tests.helpers import CORPUS, TRUTH
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     if not CORPUS.is_dir():
-        pytest.fail(f"the shared corpus is missing at {CORPUS}")
+        pytest.fail(f"the corpus is missing at {CORPUS}")
     return CORPUS
 
 
@@ -83,8 +69,3 @@ def any_db(request, tmp_path):
         return Settings.resolve(tmp_path / "lake")
     url = request.getfixturevalue("pg_url")
     return Settings.resolve(tmp_path / "lake", url)
-
-
-def copy_tree(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

@@ -12,7 +12,7 @@ from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.diagnose import diagnose, diagnose_many
 from frlake.ingest import ingest
-from tests.conftest import TRUTH
+from tests.helpers import TRUTH
 
 EXPECTED_VERDICT = {"healthy": {"healthy"}, "straggler": {"straggler"}}
 HANG_OR_MISMATCH = {"hang", "mismatch"}

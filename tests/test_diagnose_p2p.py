@@ -17,7 +17,7 @@ import pytest
 from frlake.config import Settings
 from frlake.diagnose import diagnose
 from frlake.ingest import ingest
-from tests.conftest import ROOT, load_trusted
+from tests.helpers import ROOT, load_trusted
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from frlake.cli.main import app
 from frlake.schema import TABLES
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 README = (ROOT / "README.md").read_text()
 SCHEMA = (ROOT / "docs" / "schema.md").read_text()

@@ -10,7 +10,7 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.ingest import ingest
-from tests.conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 FORMATS = FIXTURES / "formats"
 EXPECTED = json.loads((FORMATS / "expected.json").read_text())["files"]
@@ -63,7 +63,7 @@ def test_old_list_format_converts_microseconds(formats_lake):
         "SELECT time_created_ns FROM entries WHERE job = 'fmt-v0_list' AND rank = 0 ORDER BY entry_index LIMIT 1"
     ).fetchone()[0]
     path = next(f["path"] for f in BY_VARIANT["v0_list"] if f["rank"] == 0)
-    from tests.conftest import load_trusted
+    from tests.helpers import load_trusted
 
     raw = load_trusted(FORMATS / path)
     assert isinstance(raw, list)

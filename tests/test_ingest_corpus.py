@@ -11,7 +11,7 @@ import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions, ingest
-from tests.conftest import load_trusted
+from tests.helpers import load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
 

@@ -20,7 +20,7 @@ from frlake.ingest import IdentityOptions, IngestOptions, ingest
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.upload import ingest_upload
-from tests.conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 BAD = FIXTURES / "bad"
 MARKER = Path("/tmp/frlake-pwned-marker")

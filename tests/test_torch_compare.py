@@ -13,10 +13,7 @@ import pytest
 
 from frlake.diagnose import diagnose
 
-try:
-    from tests.torch_fr import run_torch_on_attempt
-except ImportError:  # plain `pytest` from inside tests/
-    from torch_fr import run_torch_on_attempt
+from tests.torch_fr import run_torch_on_attempt
 
 if os.environ.get("FRLAKE_REQUIRE_TORCH"):
     import torch  # noqa: F401  (fail, do not skip, where CI promised torch)
@@ -61,7 +58,7 @@ def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
     and rank 7 wrote no dump. torch gives up on the missing file; frlake names rank 0."""
     from frlake.config import Settings
     from frlake.ingest import ingest
-    from tests.conftest import FIXTURES
+    from tests.helpers import FIXTURES
 
     tree = FIXTURES / "real" / "extra_collective"
     v = run_torch_on_attempt(tree / "job-extra" / "attempt-0")

@@ -16,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.torch_fr import flatten_attempt, parse_torch_output, run_torch_analyzer
-except ImportError:  # plain `pytest` puts tests/ (not the repo root) on sys.path
-    from torch_fr import flatten_attempt, parse_torch_output, run_torch_analyzer
+from tests.helpers import CORPUS, TRUTH
+from tests.torch_fr import flatten_attempt, parse_torch_output, run_torch_analyzer
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus" / "visible"
-TRUTH = ROOT.parent / "shared" / "corpus" / "visible_truth.json"
 HANG = ("job-223715", 0)  # hang_missing, culprit rank 1, all four pickles dumped
 
 # Real torch 2.13 stderr (job-5f5228 attempt-1), frames shortened.
