@@ -44,6 +44,18 @@ class LastEntry:
     stack_id: int | None
 
 
+@dataclass(frozen=True)
+class Relations:
+    """The temporary relations :func:`load` builds on the connection, by what
+    they hold; the analyses read them through these names, never by guessing."""
+
+    dumps: str = "_d"  # the dump read for each rank: rank, host, dump_id, first_record_id
+    entries: str = "_e"  # its entries, with type, size and dtype signatures
+    blocks: str = "_blk"  # coalesced blocks: rank, pg_name, seq, p2p_seq, state of the end marker
+    calls: str = "_c"  # one row per rank and collective call (a coalesced block is one call)
+    instances: str = "_inst"  # one row per collective instance (pg_name, seq) with two or more members
+
+
 @dataclass
 class Evidence:
     job: str
@@ -56,14 +68,16 @@ class Evidence:
     first_seq: dict[tuple[int, str], int]
     last: dict[int, LastEntry]  # where each rank is stuck: its first unfinished entry, else its last
     world: list[int] = field(default_factory=list)
+    rel: Relations = field(default_factory=Relations)
     several_dumps: dict[int, int] = field(default_factory=dict)  # rank -> dumps that claim it (the newest is used)
 
 
 def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     params = {"job": job, "attempt": attempt}
+    rel = Relations()
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE _d AS
+        CREATE OR REPLACE TEMP TABLE {rel.dumps} AS
         SELECT rank, host, dump_id, first_record_id FROM dumps
         WHERE job = $job AND attempt = $attempt
         QUALIFY row_number() OVER (PARTITION BY rank ORDER BY {NEWEST_DUMP}) = 1
@@ -72,12 +86,12 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     )
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE _e AS
+        CREATE OR REPLACE TEMP TABLE {rel.entries} AS
         SELECT rank, pg_name, pg_desc, collective_seq_id AS seq, p2p_seq_id AS p2p_seq, is_p2p, op, state,
                entry_index, time_created_ns AS t, stack_id, p2p_src, p2p_dst, {END_MARKER} AS marker,
                hash(op) AS type_sig, {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig
         FROM entries
-        WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM _d)
+        WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps})
         """,
         params,
     )
@@ -85,16 +99,16 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     # end marker's group and sequence ids) is one call of several ops, compared with the other members'
     # blocks as a whole. Every other collective entry is a call of its own.
     con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _blk AS
-        SELECT DISTINCT rank, pg_name, seq, coalesce(p2p_seq, -1) AS p2p_seq, state FROM _e WHERE marker
+        f"""
+        CREATE OR REPLACE TEMP TABLE {rel.blocks} AS
+        SELECT DISTINCT rank, pg_name, seq, coalesce(p2p_seq, -1) AS p2p_seq, state FROM {rel.entries} WHERE marker
         """
     )
-    calls = """
+    calls = f"""
         SELECT rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, type_sig, size_sig, dtype_sig, state
-        FROM _e e WHERE NOT is_p2p AND NOT marker
+        FROM {rel.entries} e WHERE NOT is_p2p AND NOT marker
     """
-    if con.execute("SELECT count(*) FROM _blk").fetchone()[0]:
+    if con.execute(f"SELECT count(*) FROM {rel.blocks}").fetchone()[0]:
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE _blk_calls AS
@@ -102,42 +116,42 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
                    min(t) AS t, arg_min(op, entry_index) AS op, arg_min(stack_id, entry_index) AS stack_id,
                    hash(sum(type_sig::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
                    hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, any_value(b.state) AS state
-            FROM _e e JOIN (SELECT rank, pg_name, seq, p2p_seq, min(state) AS state FROM _blk GROUP BY ALL) b
+            FROM {rel.entries} e JOIN (SELECT rank, pg_name, seq, p2p_seq, min(state) AS state FROM {rel.blocks} GROUP BY ALL) b
               ON {_IN_BLOCK}
             WHERE NOT is_p2p AND NOT marker
             GROUP BY e.rank, e.pg_name, e.seq
             """
         )
         calls += f"""
-          AND NOT EXISTS (SELECT 1 FROM _blk b WHERE {_IN_BLOCK})
+          AND NOT EXISTS (SELECT 1 FROM {rel.blocks} b WHERE {_IN_BLOCK})
         UNION ALL SELECT * FROM _blk_calls
         """
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _c AS {calls}")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {rel.calls} AS {calls}")
     # One row per collective instance (group, seq) with at least two members: shared by
     # the mismatch and lateness analyses.
     con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _inst AS
+        f"""
+        CREATE OR REPLACE TEMP TABLE {rel.instances} AS
         SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
                min(type_sig) <> max(type_sig) OR min(size_sig) <> max(size_sig)
                  OR min(dtype_sig) <> max(dtype_sig) AS differ,
                count(*) FILTER (WHERE state = 'completed') AS n_completed,
                count(*) FILTER (WHERE state = 'scheduled') AS n_scheduled
-        FROM _c GROUP BY pg_name, seq HAVING n > 1
+        FROM {rel.calls} GROUP BY pg_name, seq HAVING n > 1
         """
     )
     hosts, wrapped = {}, set()
-    for rank, host, first_record in con.execute("SELECT rank, host, first_record_id FROM _d").fetchall():
+    for rank, host, first_record in con.execute(f"SELECT rank, host, first_record_id FROM {rel.dumps}").fetchall():
         hosts[rank] = host
         if first_record is not None and first_record > 0:
             wrapped.add(rank)
     members: dict[str, set[int]] = {}
     desc: dict[str, str | None] = {}
     for pg, pg_desc, ranks in con.execute(
-        """
+        f"""
         SELECT pg_name, any_value(pg_desc), list(DISTINCT r) FROM (
           SELECT pg_name, pg_desc, unnest(ranks) AS r FROM groups
-          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM _d) AND ranks IS NOT NULL
+          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND ranks IS NOT NULL
         ) GROUP BY pg_name
         """,
         params,
@@ -146,7 +160,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         desc[pg] = pg_desc
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
-        "SELECT rank, pg_name, any_value(pg_desc), min(seq), max(seq) FROM _c GROUP BY ALL"
+        f"SELECT rank, pg_name, any_value(pg_desc), min(seq), max(seq) FROM {rel.calls} GROUP BY ALL"
     ).fetchall():
         members.setdefault(pg, set()).add(rank)  # membership inferred from what ranks recorded
         desc.setdefault(pg, pg_desc)
@@ -156,7 +170,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         f"""
         WITH s AS (  -- the ops of a coalesced block stay "scheduled"; its end marker has the state
           SELECT e.rank, e.entry_index, coalesce(b.state, e.state) AS state
-          FROM _e e LEFT JOIN _blk b
+          FROM {rel.entries} e LEFT JOIN {rel.blocks} b
             ON {_IN_BLOCK}
           WHERE NOT e.marker
         ), k AS (
@@ -168,8 +182,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         )
         SELECT e.rank, e.pg_name, e.pg_desc, e.seq, e.op, e.is_p2p, e.p2p_src, e.p2p_dst,
                coalesce(b.state, e.state), e.t, e.stack_id
-        FROM _e e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
-        LEFT JOIN _blk b
+        FROM {rel.entries} e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
+        LEFT JOIN {rel.blocks} b
           ON {_IN_BLOCK}
         """
     ).fetchall():
@@ -185,7 +199,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     for ranks in members.values():
         world.update(ranks)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in members.items()}, desc,
-                    last_seq, first_seq, last, sorted(world), several)
+                    last_seq, first_seq, last, sorted(world), rel, several)
 
 
 def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:

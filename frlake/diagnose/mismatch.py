@@ -40,18 +40,19 @@ def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     return found
 
 
-def states(con: duckdb.DuckDBPyConnection) -> list[Mismatch]:
+def states(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     """Members that never started a collective that most members completed,
     although they went on to later collectives of the group: with NCCL no
     member completes before every member launched it, and a group's work runs
     in order, so those records contradict the others. (At a rank's newest
     collective "scheduled" only means the watchdog had not looked yet.)"""
+    rel = ev.rel
     rows = con.execute(
-        """
+        f"""
         SELECT c.rank, c.pg_name, c.pg_desc, c.seq, c.op, c.t, c.stack_id
-        FROM _c c JOIN _inst i USING (pg_name, seq)
+        FROM {rel.calls} c JOIN {rel.instances} i USING (pg_name, seq)
         WHERE c.state = 'scheduled' AND i.n_completed > i.n_scheduled
-          AND c.seq < (SELECT max(l.seq) FROM _c l WHERE l.rank = c.rank AND l.pg_name = c.pg_name)
+          AND c.seq < (SELECT max(l.seq) FROM {rel.calls} l WHERE l.rank = c.rank AND l.pg_name = c.pg_name)
         ORDER BY c.t, c.rank
         """
     ).fetchall()
@@ -62,7 +63,7 @@ def states(con: duckdb.DuckDBPyConnection) -> list[Mismatch]:
 def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     candidates = {
         (pg, seq)
-        for pg, seq in con.execute("SELECT pg_name, seq FROM _inst WHERE differ").fetchall()
+        for pg, seq in con.execute(f"SELECT pg_name, seq FROM {ev.rel.instances} WHERE differ").fetchall()
     }
     # A member's last collective where a peer never arrived (or left no dump): only siblings can judge it.
     for pg, members in ev.members.items():
@@ -73,17 +74,18 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
         return []
     con.execute("CREATE OR REPLACE TEMP TABLE _cand (pg_name VARCHAR, seq BIGINT)")
     con.executemany("INSERT INTO _cand VALUES (?, ?)", sorted(candidates))
+    calls = ev.rel.calls
     rows = con.execute(
-        """
+        f"""
         WITH here AS (
-          SELECT e.* FROM _c e JOIN _cand c USING (pg_name, seq)
+          SELECT e.* FROM {calls} e JOIN _cand c USING (pg_name, seq)
         ), sib AS (
           SELECT c.pg_name AS for_pg, c.seq AS for_seq, e.type_sig, e.size_sig, e.dtype_sig
-          FROM _cand c JOIN (SELECT DISTINCT pg_name, pg_desc FROM _c) d ON d.pg_name = c.pg_name
-          JOIN _c e ON e.pg_desc = d.pg_desc AND e.pg_name <> c.pg_name AND e.seq = c.seq
+          FROM _cand c JOIN (SELECT DISTINCT pg_name, pg_desc FROM {calls}) d ON d.pg_name = c.pg_name
+          JOIN {calls} e ON e.pg_desc = d.pg_desc AND e.pg_name <> c.pg_name AND e.seq = c.seq
         ), own AS (
           SELECT h.pg_name AS for_pg, h.seq AS for_seq, h.rank, p.type_sig, p.size_sig, p.dtype_sig
-          FROM here h JOIN _c p ON p.rank = h.rank AND p.pg_name = h.pg_name AND p.seq < h.seq
+          FROM here h JOIN {calls} p ON p.rank = h.rank AND p.pg_name = h.pg_name AND p.seq < h.seq
             AND p.op = h.op AND p.stack_id IS NOT DISTINCT FROM h.stack_id
           QUALIFY row_number() OVER (PARTITION BY h.pg_name, h.seq, h.rank ORDER BY p.seq DESC) = 1
         )
@@ -134,7 +136,7 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
             f"""
             SELECT e.pg_desc, e.op, e.input_sizes::VARCHAR, e.output_sizes::VARCHAR, e.input_dtypes::VARCHAR,
                    e.time_created_ns, e.stack_id
-            FROM entries e JOIN _d d USING (dump_id)
+            FROM entries e JOIN {ev.rel.dumps} d USING (dump_id)
             WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.pg_name = $pg
               AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
             ORDER BY e.entry_index LIMIT 1
@@ -144,7 +146,7 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int
         peers = con.execute(
             f"""
             SELECT mode(op), mode(input_sizes::VARCHAR), mode(output_sizes::VARCHAR), mode(input_dtypes::VARCHAR)
-            FROM entries e JOIN _d d USING (dump_id)
+            FROM entries e JOIN {ev.rel.dumps} d USING (dump_id)
             WHERE e.job = $job AND e.attempt = $attempt AND e.rank <> $rank AND e.pg_desc = $desc
               AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
             """,
@@ -174,7 +176,7 @@ _P2P_PAIRS = f"""
       SELECT *, op IN ('send', 'isend') AS sends,
              row_number() OVER (PARTITION BY rank, pg_name, p2p_seq, p2p_src, p2p_dst, op IN ('send', 'isend')
                                 ORDER BY entry_index) AS k
-      FROM _e WHERE is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL
+      FROM {{entries}} WHERE is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL
     )
     SELECT s.rank, r.rank, s.pg_name, s.pg_desc, s.p2p_seq, s.size_sig <> r.size_sig, s.dtype_sig <> r.dtype_sig,
            s.t, r.t, s.stack_id, r.stack_id, s.entry_index, r.entry_index,
@@ -191,7 +193,7 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
     that changed is the one whose earlier calls from the same site looked like
     the other side; when that cannot tell, the receiver is named first."""
     out = []
-    for row in con.execute(_P2P_PAIRS).fetchall():
+    for row in con.execute(_P2P_PAIRS.replace("{entries}", ev.rel.entries)).fetchall():
         sender, receiver, pg, desc, seq, sizes, dtypes, s_t, r_t, s_stack, r_stack, s_i, r_i, s_changed, r_changed = row
         reason = "size_mismatch" if sizes else "dtype_mismatch"
         recv_tensors, send_tensors = _p2p_tensors(con, ev, receiver, r_i), _p2p_tensors(con, ev, sender, s_i)
@@ -206,8 +208,8 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
 
 def _p2p_tensors(con: duckdb.DuckDBPyConnection, ev: Evidence, rank: int, entry_index: int) -> str:
     sizes, dtypes = con.execute(
-        """
-        SELECT e.input_sizes::VARCHAR, e.input_dtypes::VARCHAR FROM entries e JOIN _d d USING (dump_id)
+        f"""
+        SELECT e.input_sizes::VARCHAR, e.input_dtypes::VARCHAR FROM entries e JOIN {ev.rel.dumps} d USING (dump_id)
         WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.entry_index = $i
         """,
         {"job": ev.job, "attempt": ev.attempt, "rank": rank, "i": entry_index},

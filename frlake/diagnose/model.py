@@ -1,11 +1,59 @@
-"""What a diagnosis says: plain dataclasses, JSON-ready."""
+"""What a diagnosis says: plain dataclasses, JSON-ready, and the verdicts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 
-VERDICTS = ("healthy", "hang", "mismatch", "straggler", "incomplete")
 ALGORITHM_VERSION = 1
+
+
+class Verdict(str, Enum):
+    """What went wrong in an attempt. The members are in order of precedence:
+    the first rule that holds is the verdict (analyze.py applies them in this
+    order), and everything that shows verdicts (CLI colours, UI classes, the
+    hangs report, the docs) reads this one list."""
+
+    MISMATCH = "mismatch"
+    HANG = "hang"
+    INCOMPLETE = "incomplete"
+    STRAGGLER = "straggler"
+    HEALTHY = "healthy"
+
+    @property
+    def rule(self) -> str:
+        return _RULES[self]
+
+    @property
+    def style(self) -> str:
+        """The rich colour of the verdict in the terminal."""
+        return _STYLES[self]
+
+    @property
+    def css(self) -> str:
+        """The class of the verdict's badge in the web UI."""
+        return f"v-{self.value}"
+
+    @property
+    def is_incident(self) -> bool:
+        """Whether the attempt stopped (the hangs report lists these)."""
+        return self in (Verdict.MISMATCH, Verdict.HANG)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_RULES = {
+    Verdict.MISMATCH: "the members of a collective disagree on its op, sizes, dtypes or state",
+    Verdict.HANG: "ranks wait in a collective or point-to-point op for a rank that never joined",
+    Verdict.INCOMPLETE: "some ranks of the world left no dump, and the others explain nothing",
+    Verdict.STRAGGLER: "one rank is the first to arrive late again and again, beyond the attempt's own jitter",
+    Verdict.HEALTHY: "none of the above",
+}
+_STYLES = {Verdict.MISMATCH: "red", Verdict.HANG: "red", Verdict.INCOMPLETE: "magenta", Verdict.STRAGGLER: "yellow",
+           Verdict.HEALTHY: "green"}
+VERDICTS = tuple(v.value for v in Verdict)
+INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
 
 
 @dataclass
@@ -22,18 +70,24 @@ class Culprit:
     found: str | None = None
     lateness_ms: float | None = None
     waiters: int | None = None
-    stack: list[dict] | None = None
+    stack_id: int | None = None  # the stack in the lake's stacks table
+    stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Culprit:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
 class Diagnosis:
     job: str
     attempt: int
-    verdict: str
+    verdict: Verdict
     culprits: list[Culprit] = field(default_factory=list)
     summary: str = ""
     world_size: int = 0
@@ -48,8 +102,18 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["verdict"] = self.verdict.value
         d["culprits"] = [c.to_dict() for c in self.culprits]
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Diagnosis:
+        """The diagnosis back from its stored JSON (fields a newer frlake added are ignored)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["verdict"] = Verdict(values["verdict"])
+        values["culprits"] = [Culprit.from_dict(c) for c in values.get("culprits", [])]
+        return cls(**values)
 
     @property
     def root(self) -> Culprit | None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from frlake.diagnose.evidence import Evidence
+
 MIN_LATENESS_NS = 10_000_000  # 10 ms: below this, lateness is noise on any fleet
 NOISE_FACTOR = 10  # and 10x the typical lateness of the attempt
 
@@ -52,13 +54,14 @@ _LATENESS = """
     CREATE OR REPLACE TEMP TABLE _late AS
     SELECT c.rank, c.t, c.t - m.t0 AS late, c.t = m.t1 AND m.t1 > m.t0 AS last,
            c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
-    FROM _c c JOIN _inst m USING (pg_name, seq)
+    FROM {calls} c JOIN {instances} m USING (pg_name, seq)
 """
 
 
-def analyze(con: duckdb.DuckDBPyConnection, min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
+def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
+            min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
     """The straggler (or None) and the lateness of the notable ranks."""
-    con.execute(_LATENESS)
+    con.execute(_LATENESS.format(calls=ev.rel.calls, instances=ev.rel.instances))
     stats = {
         r[0]: RankLateness(*r)
         for r in con.execute(
