@@ -150,7 +150,9 @@ class _Run:
         self.pool_context = pool_context
         self.progress = progress
         self.keep_file_list = keep_file_list
-        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits)
+        # The memory budget and the file-size cap made concrete for this machine and worker count.
+        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity,
+                                 options.limits.resolved(max(1, options.workers)))
         self.known_stacks = known_stack_ids(lake, catalog)
         self.batch = 0
         self.files_done = 0
