@@ -5,14 +5,55 @@ class FrlakeError(Exception):
     """Base class for every error frlake reports to a user."""
 
 
+# Why a file was set aside: the stable codes recorded in the catalog's
+# ``files.reason`` column, with what each means (docs/security.md lists them all).
+REJECT_REASONS: dict[str, str] = {
+    "empty": "the file is empty",
+    "unknown_encoding": "neither a pickle nor JSON",
+    "too_large": "over the file-size cap, or a count or string over its limit",
+    "truncated": "the file ends early",
+    "corrupt_pickle": "not a well-formed pickle",
+    "invalid_json": "not valid JSON",
+    "unsafe_pickle": "the pickle asks for a Python global or a persistent id",
+    "too_deep": "nested deeper than a dump ever is",
+    "too_many_nodes": "shared references expand it far beyond its size (a memo bomb)",
+    "not_flight_recorder": "valid data, but no Flight Recorder entries",
+    "bad_schema": "a field holds a value of the wrong type or shape",
+    "bad_value": "a number that is not finite (NaN, Infinity) where a count or time belongs",
+    "out_of_range": "an integer beyond what its column holds (64 bits; 32 for ranks)",
+    "bad_text": "a string that is not valid Unicode (an unpaired surrogate)",
+    "over_memory_budget": "reading it needs more memory than the per-worker budget",
+    "unknown_identity": "its job, attempt, host or rank cannot be told",
+    "unreadable": "the file cannot be read",
+    "bad_archive": "a tar archive that cannot be read",
+    "worker_killed": "its worker process was stopped (CPU budget or the kernel)",
+    "internal_error": "frlake failed on it unexpectedly; the detail names the exception",
+}
+
+MAX_MESSAGE = 500  # characters of a rejection message the catalog keeps
+
+
+def safe_text(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters, unpaired surrogates escaped: safe
+    to store in the catalog and to show, whatever a dump put in it."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 class DumpRejected(FrlakeError):
     """A file is not a usable Flight Recorder dump.
 
-    ``reason`` is a short stable code recorded in the catalog (e.g. ``truncated``,
-    ``unsafe_pickle``); the message says what exactly was wrong.
+    ``reason`` is a short stable code recorded in the catalog (one of
+    ``REJECT_REASONS``); the message says what exactly was wrong. The message
+    is cut to ``MAX_MESSAGE`` characters and made storable, so a value quoted
+    from a dump can never make the catalog row large or unencodable.
     """
 
     def __init__(self, reason: str, message: str):
+        message = safe_text(message)
         super().__init__(message)
         self.reason = reason
         self.message = message

@@ -164,6 +164,11 @@ def _as_int(value: object, what: str) -> int | None:
 
 def _as_name(value: object, what: str) -> str:
     text = str(value).strip()
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a dump's string, or an undecodable byte of a path (surrogateescape)
+            raise DumpRejected("bad_text", f"the {what} holds an unpaired surrogate, which UTF-8 cannot store") from None
     if not text or len(text) > _MAX_NAME or any(ord(c) < 32 for c in text) or text in (".", ".."):
         raise DumpRejected("unknown_identity", f"the {what} {text[:80]!r} is not a usable name")
     return text

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import operator
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, repeat
 
 import pyarrow as pa
@@ -55,21 +57,49 @@ _P2P_NAME = re.compile(
 )
 
 
+# Peak memory of decoding and parsing a real dump is 15-23 times its size
+# (measured on 0.2-100 MB pickles); file-size caps derived from a memory
+# budget divide it by this, with room to spare.
+EXPANSION_FACTOR = 32
+_GIB = 1 << 30
+
+
+def machine_memory() -> int:
+    """Physical memory of this machine in bytes (8 GiB if it cannot be told)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * _GIB
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps on what one dump may expand to. The defaults fit any real buffer
-    (TORCH_FR_BUFFER_SIZE up to millions) with room to spare."""
+    (TORCH_FR_BUFFER_SIZE up to millions) with room to spare.
 
-    max_file_bytes: int = 2 << 30
+    ``memory_bytes`` is what one worker may allocate while it reads one dump
+    (None: three quarters of the machine's memory shared by the workers,
+    between 256 MiB and 16 GiB; see ``resolved``); ``max_file_bytes`` is
+    derived from it (None: ``memory_bytes / EXPANSION_FACTOR``, at most
+    2 GiB), so that no file under the cap can need more than the budget."""
+
+    max_file_bytes: int | None = None
+    memory_bytes: int | None = None
     max_entries: int = 5_000_000
     max_depth: int = 64
     max_string: int = 1 << 16
     max_tensors_per_entry: int = 1 << 16
     max_dims: int = 64
     max_frames: int = 1 << 12
-    # Elements (tensors, dims, frames, unknown-field nodes) allowed per byte of file.
-    expansion_per_byte: int = 4
+    # Elements (tensors, dims, frames, unknown-field nodes) allowed per byte of
+    # file; real dumps use under 0.1 (the corpus: 0.084 at most).
+    expansion_per_byte: int = 2
     expansion_floor: int = 1 << 20
+    # The fewest bytes a distinct entry, and one field of one entry, can take
+    # in an honest file; the corpus' smallest are 209 and 10. More entries or
+    # fields than this allows can only be shared references (a memo bomb).
+    min_entry_bytes: int = 16
+    min_field_bytes: int = 2
     # CPU seconds a worker process may spend decoding and parsing one dump (a
     # 2,000-entry dump needs about 0.02 s) before the kernel stops it.
     cpu_seconds: float = 30.0
@@ -77,6 +107,17 @@ class Limits:
 
     def cpu_budget(self, size: int) -> float:
         return self.cpu_seconds + self.cpu_seconds_per_gib * size / (1 << 30)
+
+    def resolved(self, workers: int = 1) -> "Limits":
+        """These limits with the memory budget and the file-size cap made
+        concrete for this machine and ``workers`` parallel workers."""
+        memory = self.memory_bytes
+        if memory is None:
+            memory = min(16 * _GIB, max(256 << 20, machine_memory() * 3 // 4 // max(1, workers)))
+        max_file = self.max_file_bytes
+        if max_file is None:
+            max_file = min(2 * _GIB, memory // EXPANSION_FACTOR)
+        return replace(self, memory_bytes=memory, max_file_bytes=max_file)
 
 
 @dataclass
@@ -94,9 +135,10 @@ class ParsedDump:
 
 
 class _Budget:
-    __slots__ = ("left",)
+    __slots__ = ("left", "size")
 
     def __init__(self, size: int, limits: Limits):
+        self.size = size
         self.left = max(limits.expansion_floor, size * limits.expansion_per_byte)
 
     def spend(self, n: int, what: str) -> None:
@@ -115,11 +157,14 @@ def bounded_json(value: object, budget: _Budget, limits: Limits) -> str:
         if depth > limits.max_depth:
             raise DumpRejected("too_deep", f"an unknown field is nested deeper than {limits.max_depth} levels")
         budget.spend(1, "an unknown field")
-        if obj is None or isinstance(obj, (bool, int, float)):
+        if obj is None or isinstance(obj, (bool, float)):
             return obj
+        if isinstance(obj, int):
+            return _int64(obj, "an unknown field")
         if isinstance(obj, str):
             if len(obj) > limits.max_string:
                 raise DumpRejected("too_large", f"a string of {len(obj):,} characters exceeds the limit")
+            budget.spend(len(obj) // 16, "an unknown field")  # a shared string is paid for each time
             return obj
         if isinstance(obj, bytes):
             budget.spend(len(obj) // 16, "an unknown field")
@@ -129,10 +174,43 @@ def bounded_json(value: object, budget: _Budget, limits: Limits) -> str:
             return [plain(v, depth + 1) for v in obj]
         if isinstance(obj, dict):
             budget.spend(len(obj), "an unknown field")
-            return {str(k): plain(v, depth + 1) for k, v in obj.items()}
+            wrong = set(map(type, obj)) - _KEY_TYPES
+            if wrong:  # str() of a tuple key could expand a memo bomb
+                raise _wrong_type("an unknown field's key", wrong)
+            return {k if type(k) is str else str(plain(k, depth + 1)): plain(v, depth + 1) for k, v in obj.items()}
         raise DumpRejected("bad_schema", f"an unknown field holds a {type(obj).__name__}")
 
-    return json.dumps(plain(value, 0), separators=(",", ":"), allow_nan=True, default=str)
+    # ensure_ascii: an unpaired surrogate becomes the escape "\\ud800", which UTF-8 can store
+    return json.dumps(plain(value, 0), separators=(",", ":"), allow_nan=True)
+
+
+_KEY_TYPES = {str, int, float, bool, type(None)}
+_I64 = 1 << 63
+
+
+def _int64(value: int, name: str, bound: int = _I64) -> int:
+    if not -bound <= value < bound:
+        raise DumpRejected("out_of_range", f"{name} holds an integer beyond {bound.bit_length()} bits")
+    return value
+
+
+def _ints_in_range(values: list, name: str, bound: int = _I64) -> None:
+    """Every int of ``values`` (which may hold None) fits a signed column of
+    ``bound``; comparing a huge int is cheap, printing one is not."""
+    ints = [v for v in values if type(v) is int] if None in values else values
+    if ints and (max(ints) >= bound or min(ints) < -bound):
+        raise DumpRejected("out_of_range", f"'{name}' holds an integer beyond {bound.bit_length()} bits")
+
+
+def _text(value: str, name: str) -> str:
+    """``value`` if UTF-8 can store it: Python strings may hold unpaired
+    surrogates (a pickle's BINUNICODE, a JSON "\\ud800"); those are refused."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DumpRejected("bad_text", f"{name} holds an unpaired surrogate, which UTF-8 cannot store") from None
+    return value
 
 
 def stack_id(frames_key: tuple) -> int:
@@ -159,10 +237,16 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
     if len(raw_entries) > limits.max_entries:
         raise DumpRejected("too_large", f"{len(raw_entries):,} entries exceed the limit of {limits.max_entries:,}")
     budget.spend(len(raw_entries), "the entry list")
+    if len(raw_entries) * limits.min_entry_bytes > max(size, 4096):
+        raise DumpRejected(
+            "too_many_nodes",
+            f"{len(raw_entries):,} entries in {size:,} bytes: an entry takes at least {limits.min_entry_bytes} "
+            "bytes, so they are shared references (a memo bomb?)",
+        )
 
     version = top.get("version")
-    if version is not None and not isinstance(version, (str, int, float)):
-        raise DumpRejected("bad_schema", f"'version' is a {type(version).__name__}")
+    if version is not None:
+        version = _short_str(version, "version", limits)
     comm = top.get("comm_lib_version", top.get("nccl_version"))
     extra_top = {k: v for k, v in top.items() if k not in KNOWN_TOP_KEYS and k not in _IDENTITY_KEY_SET}
     if "nccl_comm_state" in top and top["nccl_comm_state"]:
@@ -172,7 +256,7 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
 
     entries, stacks = _entry_columns(raw_entries, encoding, budget, limits)
     return ParsedDump(
-        version=None if version is None else str(version),
+        version=version,
         comm_lib_version=None if comm is None else _short_str(comm, "comm_lib_version", limits),
         identity=_identity(top, limits),
         entries=entries,
@@ -188,10 +272,12 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
 def _short_str(value: object, name: str, limits: Limits) -> str:
     if not isinstance(value, (str, int, float)):
         raise DumpRejected("bad_schema", f"'{name}' is a {type(value).__name__}")
+    if isinstance(value, int):
+        _int64(value, f"'{name}'")
     text = str(value)
     if len(text) > limits.max_string:
         raise DumpRejected("too_large", f"'{name}' is {len(text):,} characters long")
-    return text
+    return _text(text, f"'{name}'")
 
 
 def _identity(top: dict, limits: Limits) -> dict[str, object]:
@@ -209,7 +295,13 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     found = set(map(type, raw)) - {dict}
     if found:
         raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
-    cols, kinds, unknown = _columns(raw)
+    total = sum(map(len, raw))
+    if total * limits.min_field_bytes > max(budget.size, 4096):
+        raise DumpRejected(
+            "too_many_nodes",
+            f"the entries hold {total:,} fields in {budget.size:,} bytes: shared entries (a memo bomb?)",
+        )
+    cols, kinds, unknown = _columns(raw, total)
     extras: list[str | None] = [None] * n
     if unknown:  # some entry has keys this frlake does not know
         for i, e in enumerate(raw):
@@ -226,7 +318,10 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
         seq = cols["seq_id"]
     created = cols["time_created_ns"]
     if kinds["time_created_ns"] <= {_NONE} and not kinds["time_created_us"] <= {_NONE}:
-        created = [None if us is None else int(us * 1000) for us in cols["time_created_us"]]
+        micros = cols["time_created_us"]
+        if float in kinds["time_created_us"] and not all(map(math.isfinite, filter(None, micros))):
+            raise DumpRejected("bad_value", "field 'time_created_us' holds NaN or Infinity")
+        created = [None if us is None else int(us * 1000) for us in micros]
     pg_name, pg_desc = _process_groups(cols["process_group"], kinds["process_group"], cols["pg_id"])
     stack_ids, stacks = _stacks(cols["frames"], kinds["frames"], budget, limits)
     if encoding == "json":  # JSON writes 0 where pickle writes None
@@ -237,6 +332,7 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
     is_p2p = cols["is_p2p"] if not kinds["is_p2p"] <= {_NONE} else derived_p2p
     thread_id = cols["thread_id"]
     if int in kinds["thread_id"]:
+        _ints_in_range([v for v in thread_id if type(v) is int], "thread_id")
         thread_id = [v if v is None or type(v) is str else str(v) for v in thread_id]
 
     arrays = {
@@ -283,8 +379,13 @@ def _entry_columns(raw: list, encoding: str, budget: _Budget, limits: Limits):
 
         try:
             out[name] = pa.array(values, typ, size=n)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type ({exc})") from None
+        except UnicodeError:
+            raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            # The Python types were checked above: what is left is a value out of the column's range.
+            if pa.types.is_integer(typ):
+                raise DumpRejected("out_of_range", f"field '{name}' holds an integer beyond {typ.bit_width} bits") from None
+            raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type") from None
         if typ == pa.string():
             _check_lengths(out[name], name, limits)
     return out, stacks
@@ -308,7 +409,7 @@ def _wrong_type(name: str, found: set[type]) -> DumpRejected:
     return DumpRejected("bad_schema", f"field '{name}' holds a value of type {names}")
 
 
-def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], bool]:
+def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type]], bool]:
     """Every known field of every entry as a column, the Python types found in
     each column, and whether some entry holds a field this frlake does not know.
 
@@ -327,7 +428,7 @@ def _columns(raw: list) -> tuple[dict[str, list], dict[str, set[type]], bool]:
             continue
         cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
         break
-    present, total = n * len(cols), sum(map(len, raw))
+    present = n * len(cols)
     only_shared = present == total  # then no entry holds any other field
     kinds = {name: set(map(type, col)) for name, col in cols.items()}
     for name in _FIELDS:
@@ -393,7 +494,11 @@ def _string_lists(values: list, name: str, budget: _Budget, limits: Limits) -> p
         raise _wrong_type(name, found)
     if items and max(map(len, items)) > limits.max_string:
         raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
-    return pa.ListArray.from_arrays(offsets, pa.array(items, pa.string()), type=_DTYPES, mask=mask)
+    try:
+        strings = pa.array(items, pa.string())
+    except UnicodeError:
+        raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
+    return pa.ListArray.from_arrays(offsets, strings, type=_DTYPES, mask=mask)
 
 
 _FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
@@ -415,6 +520,7 @@ def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
 def _process_groups(groups: list, found: set[type], pg_ids: list) -> tuple[list, list]:
     """Split (name, desc) pairs; before torch 2.4 only the pg_id names a group."""
     if found <= {_NONE}:
+        _ints_in_range(pg_ids, "pg_id")
         return [None if p is None else str(p) for p in pg_ids], [None] * len(groups)
     pairs = [g for g in groups if g is not None] if _NONE in found else groups
     if found - {tuple, list, _NONE} or set(map(len, pairs)) - {2}:
@@ -430,6 +536,7 @@ def _process_groups(groups: list, found: set[type], pg_ids: list) -> tuple[list,
     if set(map(type, descs)) - {str, _NONE}:
         raise _wrong_type("process_group desc", set(map(type, descs)) - {str, _NONE})
     if int in name_kinds:
+        _ints_in_range([v for v in names if type(v) is int], "process_group name")
         names = [v if v is None or type(v) is str else str(v) for v in names]
     return names, descs
 
@@ -479,8 +586,12 @@ def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) 
             for text in (name, filename):
                 if text is not None and (type(text) is not str or len(text) > limits.max_string):
                     raise DumpRejected("bad_schema", "a frame's name or filename is not a short string")
+                if text is not None:
+                    _text(text, "a frame's name or filename")
             if line is not None and type(line) is not int:
                 raise DumpRejected("bad_schema", "a frame's line is not an integer")
+            if line is not None:
+                _int64(line, "a frame's line")
         sid = by_content[key] = stack_id(key)
         stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
     return sid
@@ -548,6 +659,8 @@ def _groups(pg_config: object, budget: _Budget, limits: Limits) -> list[dict]:
         ranks = _parse_ranks(raw)
         if ranks is not None and len(ranks) >= 2**31:
             ranks = None
+        if ranks:
+            _ints_in_range(ranks, "pg_config ranks", 1 << 31)
         groups.append(
             {
                 "pg_name": _short_str(name, "pg_config name", limits),
@@ -560,15 +673,21 @@ def _groups(pg_config: object, budget: _Budget, limits: Limits) -> list[dict]:
     return groups
 
 
-def _as_int(value: object) -> int | None:
+def _as_int(value: object, name: str) -> int | None:
     if value is None or type(value) is bool:
         return None
-    if type(value) is int:
-        return value
-    try:
-        return int(value)  # JSON dumps write pg_status values as strings
-    except (TypeError, ValueError):
+    if type(value) is float and not math.isfinite(value):
+        raise DumpRejected("bad_value", f"pg_status '{name}' is NaN or Infinity")
+    if type(value) is str and len(value.strip()) > 20:  # int() of thousands of digits is slow, then refused
+        if value.strip().lstrip("+-").isdigit():
+            raise DumpRejected("out_of_range", f"pg_status '{name}' is an integer beyond 64 bits")
         return None
+    if type(value) is not int:
+        try:
+            value = int(value)  # JSON dumps write pg_status values as strings
+        except (TypeError, ValueError):
+            return None
+    return _int64(value, f"pg_status '{name}'")
 
 
 def _pg_status(status: object, budget: _Budget, limits: Limits) -> list[dict]:
@@ -577,11 +696,12 @@ def _pg_status(status: object, budget: _Budget, limits: Limits) -> list[dict]:
     status = _mapping(status, "pg_status", budget)
     rows = []
     for key, value in status.items():
+        pg_id = _short_str(key, "pg_status key", limits)  # checks the key's type before anything prints it
         if not isinstance(value, dict):
-            raise DumpRejected("bad_schema", f"pg_status[{key!r}] is not a dict")
-        row = {"pg_id": _short_str(key, "pg_status key", limits)}
+            raise DumpRejected("bad_schema", f"pg_status of group {pg_id[:80]!r} is a {type(value).__name__}, not a dict")
+        row = {"pg_id": pg_id}
         for name in _PG_STATUS_KEYS:
-            row[name] = _as_int(value.get(name))
+            row[name] = _as_int(value.get(name), name)
         rest = {k: v for k, v in value.items() if k not in _PG_STATUS_KEYS}
         row["extra"] = bounded_json(rest, budget, limits) if rest else None
         rows.append(row)

@@ -156,8 +156,9 @@ class _Run:
         self.pool_context = pool_context
         self.progress = progress
         self.keep_file_list = keep_file_list
-        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity, options.limits,
-                                 str(lake.staging))
+        # The memory budget and the file-size cap made concrete for this machine and worker count.
+        self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity,
+                                 options.limits.resolved(max(1, options.workers)), str(lake.staging))
         self.batch = 0
         self.files_done = 0
         self.archives: list[FileRecord] = []

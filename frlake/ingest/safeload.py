@@ -7,7 +7,9 @@ it can run. The C unpickler is iterative, so nesting cannot overflow the stack,
 and it reads from an in-memory buffer, so a declared length larger than the
 file fails as "truncated" instead of allocating. What a pickle can still do is
 share one object many times (a "memo bomb"); :mod:`frlake.ingest.parse` bounds
-every expansion of the decoded object against the file's size.
+every expansion of the decoded object against the file's size. Running out of
+memory here (a worker's memory budget, see ``worker.memory_budget``) is a
+rejection of the file, ``over_memory_budget``.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _unpickle(data: bytes) -> object:
     except EOFError:
         raise DumpRejected("truncated", "the pickle ends before its STOP opcode (truncated file)") from None
     except MemoryError:
-        raise DumpRejected("too_large", "the pickle declares an object larger than memory allows") from None
+        raise DumpRejected("over_memory_budget", "the pickle expands to more than the memory budget allows") from None
     except pickle.UnpicklingError as exc:
         text = str(exc)
         if "truncated" in text or "ran out of input" in text.lower():
@@ -93,5 +95,9 @@ def _parse_json(data: bytes) -> object:
     except json.JSONDecodeError as exc:
         reason = "truncated" if exc.pos >= len(data.rstrip()) else "invalid_json"
         raise DumpRejected(reason, f"the file is not valid JSON ({exc})") from None
+    except MemoryError:
+        raise DumpRejected("over_memory_budget", "the JSON expands to more than the memory budget allows") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # sys.get_int_max_str_digits(): 4,300 by default
+            raise DumpRejected("out_of_range", "the JSON holds an integer of thousands of digits") from None
         raise DumpRejected("invalid_json", f"the file is not valid JSON ({exc})") from None

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from frlake import schema
 from frlake.catalog.store import Catalog, DumpRecord, FileRecord
-from frlake.errors import DumpRejected
-from frlake.ingest.identity import IdentityOptions, IdentityResolver
+from frlake.errors import DumpRejected, safe_text
+from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits, ParsedDump, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.sources import Source
@@ -82,11 +82,49 @@ _in_worker_process = False
 
 
 def enter_worker_process() -> None:
-    """Pool initializer: from now on each dump runs under a CPU budget, and a
-    worker the kernel stops leaves no core file behind."""
+    """Pool initializer: from now on each dump runs under a CPU and a memory
+    budget, and a worker the kernel stops leaves no core file behind. Arrow
+    allocates with the system allocator, whose failures under the memory
+    limit surface as MemoryError (its default pools reserve address space)."""
     global _in_worker_process
     _in_worker_process = True
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def data_size() -> int:
+    """Bytes of this process' data segment (VmData: heap and private
+    writable mappings), what RLIMIT_DATA limits."""
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmData in /proc/self/status")
+
+
+@contextmanager
+def memory_budget(nbytes: int | None) -> Iterator[None]:
+    """In a worker process, let at most ``nbytes`` more of memory be
+    allocated in this block (RLIMIT_DATA above what the process holds now):
+    beyond, allocations fail and Python raises MemoryError, which rejects
+    the dump being read (``over_memory_budget``) while the worker lives on.
+    In-process ingest is not limited, nor a system without RLIMIT_DATA."""
+    if not _in_worker_process or nbytes is None or not hasattr(resource, "RLIMIT_DATA"):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    try:
+        limit = data_size() + nbytes
+    except OSError:
+        yield
+        return
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 @contextmanager
@@ -126,7 +164,19 @@ def _catalog(ctx: WorkerContext) -> Catalog:
     return cat  # type: ignore[return-value]
 
 
+@dataclass
+class _Dump:
+    """One dump read whole: its identity and its rows as Arrow tables."""
+
+    ident: Identity
+    parsed: ParsedDump
+    encoding: str
+    tables: dict[str, pa.Table]
+
+
 def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> ChunkResult:
+    """Every file of the chunk is either ingested, a duplicate or rejected
+    with a reason: whatever one file holds, the others go on."""
     lake = Lake(ctx.lake_root, ctx.staging)
     resolver = IdentityResolver(ctx.identity)
     result = ChunkResult()
@@ -136,7 +186,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         loaded.append((src, data, sha))
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     now = datetime.now(timezone.utc)
-    per_partition: dict[tuple[str, int], dict[str, list]] = {}  # entries: Arrow tables; others: rows
+    per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
     seen: set[str] = set()
     for src, data, sha in loaded:
         if data is None:
@@ -145,36 +195,72 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
             continue
         try:
-            with cpu_budget(ctx.limits.cpu_budget(len(data))), gc_paused():
-                obj, encoding = decode(data, ctx.limits.max_file_bytes)
-                parsed = parse_dump(obj, encoding, len(data), ctx.limits)
-                del obj
-            ident = resolver.resolve(src.key, parsed.identity)
+            dump = _read_dump(ctx, resolver, src, data, sha, now)
         except DumpRejected as exc:
-            result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", exc.reason, exc.message))
+            reason, detail = exc.reason, exc.message
+        except MemoryError:
+            reason, detail = "over_memory_budget", (
+                f"reading it needs more than the memory budget of {ctx.limits.memory_bytes:,} bytes per worker")
+        except RecursionError:
+            reason, detail = "too_deep", "it is nested too deeply to read"
+        except Exception as exc:  # a failure frlake did not foresee: this file only, never the batch
+            reason, detail = "internal_error", (
+                f"frlake failed on this file ({type(exc).__module__}.{type(exc).__name__}); please report it")
+        else:
+            seen.add(sha)
+            lake.store_raw(sha, data)
+            ident, parsed = dump.ident, dump.parsed
+            tables = per_partition.setdefault((ident.job, ident.attempt), {})
+            for name, table in dump.tables.items():
+                tables.setdefault(name, []).append(table)
+            result.stacks.update(parsed.stacks)
+            result.dumps.append(
+                DumpRecord(sha, dump_id_of(sha), ident.job, ident.attempt, ident.rank, ident.host, parsed.version,
+                           dump.encoding, len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
+                           parsed.stats["last_time_created_ns"])
+            )
+            result.files.append(
+                FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, ident.job, ident.attempt,
+                           ident.host, ident.rank)
+            )
             continue
-        seen.add(sha)
-        lake.store_raw(sha, data)
-        dump_id = dump_id_of(sha)
-        tables = per_partition.setdefault((ident.job, ident.attempt), {})
-        _add_tables(tables, parsed, dump_id, sha, ident, encoding, src, len(data), ctx.run_id, now)
-        result.stacks.update(parsed.stacks)
-        result.dumps.append(
-            DumpRecord(sha, dump_id, ident.job, ident.attempt, ident.rank, ident.host, parsed.version, encoding,
-                       len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
-                       parsed.stats["last_time_created_ns"])
-        )
-        result.files.append(
-            FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, ident.job, ident.attempt,
-                       ident.host, ident.rank)
-        )
+        result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", reason, safe_text(detail)))
     for (job, attempt), tables in per_partition.items():
         for name, parts in tables.items():
-            table = pa.concat_tables(parts) if name == "entries" else pa.Table.from_pylist(parts, schema=schema.TABLES[name])
+            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
             rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
             staged, size = lake.stage_table(table)
             result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
     return result
+
+
+def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data: bytes, sha: str,
+               now: datetime) -> _Dump:
+    """Decode, parse, resolve and convert one dump to Arrow tables, under its
+    CPU and memory budgets: every conversion that a value can fail happens
+    here, per file, so none can fail the batch or the parent's commit."""
+    limits = ctx.limits
+    with cpu_budget(limits.cpu_budget(len(data))), memory_budget(limits.memory_bytes), gc_paused():
+        obj, encoding = decode(data, limits.max_file_bytes)
+        parsed = parse_dump(obj, encoding, len(data), limits)
+        del obj
+        ident = resolver.resolve(src.key, parsed.identity)
+        tables = _dump_tables(parsed, dump_id_of(sha), sha, ident, encoding, src, len(data), ctx.run_id, now)
+        if parsed.stacks:
+            _convert("stacks", stacks_table, parsed.stacks)  # the parent builds the table of new stacks
+    return _Dump(ident, parsed, encoding, tables)
+
+
+def _convert(what: str, build, *args) -> pa.Table:
+    """``build(*args)``, with a value Arrow cannot store made a rejection."""
+    try:
+        return build(*args)
+    except UnicodeError:
+        raise DumpRejected("bad_text", f"a value of its {what} is not storable text (an unpaired surrogate)") from None
+    except OverflowError:
+        raise DumpRejected("out_of_range", f"a number of its {what} is out of range") from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        raise DumpRejected("bad_value", f"a value of its {what} cannot be stored") from None
 
 
 def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | None, str | None]:
@@ -212,20 +298,25 @@ def _const(value, n: int, typ: pa.DataType) -> pa.Array:
     return pa.repeat(pa.scalar(value, typ), n)
 
 
-def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source, size, run_id, now) -> None:
+def _entries_table(parsed: ParsedDump, dump_id: int, ident: Identity) -> pa.Table:
     n = parsed.n_entries
     columns = dict(parsed.entries)
     columns["dump_id"] = _const(dump_id, n, pa.int64())
     columns["rank"] = _const(ident.rank, n, pa.int32())
     columns["host"] = _const(ident.host, n, pa.string())
-    tables.setdefault("entries", []).append(
-        pa.Table.from_arrays([columns[f.name] for f in schema.ENTRIES], schema=schema.ENTRIES)
-    )
+    return pa.Table.from_arrays([columns[f.name] for f in schema.ENTRIES], schema=schema.ENTRIES)
+
+
+def _dump_tables(parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source, size, run_id, now) -> dict[str, pa.Table]:
+    """The rows of one dump in every table, as Arrow tables of the lake's schemas."""
+    tables = {"entries": _convert("entries", _entries_table, parsed, dump_id, ident)}
     ident_cols = {"dump_id": dump_id, "rank": ident.rank, "host": ident.host}
     if parsed.groups:
-        tables.setdefault("groups", []).extend({**ident_cols, **g} for g in parsed.groups)
+        rows = [{**ident_cols, **g} for g in parsed.groups]
+        tables["groups"] = _convert("pg_config", pa.Table.from_pylist, rows, schema.GROUPS)
     if parsed.pg_status:
-        tables.setdefault("pg_status", []).extend({**ident_cols, **p} for p in parsed.pg_status)
+        rows = [{**ident_cols, **p} for p in parsed.pg_status]
+        tables["pg_status"] = _convert("pg_status", pa.Table.from_pylist, rows, schema.PG_STATUS)
     dump_row = {
         **ident_cols,
         "sha256": sha,
@@ -233,7 +324,7 @@ def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: 
         "encoding": encoding,
         "comm_lib_version": parsed.comm_lib_version,
         "size_bytes": size,
-        "n_entries": n,
+        "n_entries": parsed.n_entries,
         "n_groups": len(parsed.groups),
         **parsed.stats,
         "source_path": src.key,
@@ -242,7 +333,8 @@ def _add_tables(tables, parsed: ParsedDump, dump_id, sha, ident, encoding, src: 
         "run_id": run_id,
         "extra": parsed.extra,
     }
-    tables.setdefault("dumps", []).append(dump_row)
+    tables["dumps"] = _convert("dump record", pa.Table.from_pylist, [dump_row], schema.DUMPS)
+    return tables
 
 
 def stacks_table(stacks: dict[int, list[dict]]) -> pa.Table:
