@@ -64,8 +64,11 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         files = [str(lake.root / p) for p in catalog.lake_files(name, partition if partitioned else None)]
         if files and sealed:
-            hive = ds.partitioning(pa.schema(schema.PARTITION_FIELDS), flavor="hive") if partitioned else None
-            dataset = ds.dataset(files, schema=pa.schema(fields), format="parquet", partitioning=hive,
+            # The same columns in the same order as read_parquet's view, which puts hive columns in name order.
+            hive_fields = sorted(schema.PARTITION_FIELDS, key=lambda f: f.name) if partitioned else []
+            hive = ds.partitioning(pa.schema(hive_fields), flavor="hive") if partitioned else None
+            dataset = ds.dataset(files, schema=pa.schema(list(table_schema) + hive_fields), format="parquet",
+                                 partitioning=hive,
                                  partition_base_dir=str(lake.tables / name))
             source = register(f"__lake_{name}", dataset)
         elif files:
