@@ -15,6 +15,8 @@ def query_command(
     fmt: FormatOpt = Format.table,
     timeout: Annotated[float, typer.Option(help="Seconds before the query is stopped.")] = 60.0,
     max_rows: Annotated[int, typer.Option(help="Rows returned at most.")] = 10_000,
+    max_bytes: Annotated[int, typer.Option(help="Bytes returned at most (Arrow size).")] = 64 << 20,
+    max_memory: Annotated[int, typer.Option(help="DuckDB memory limit in bytes; nothing spills to disk.")] = 1 << 30,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
@@ -23,10 +25,10 @@ def query_command(
     from frlake.query import QueryLimits, query
 
     with user_errors():
-        result = query(sql, settings(ctx, lake, db_url), QueryLimits(timeout_s=timeout, max_rows=max_rows))
+        result = query(sql, settings(ctx, lake, db_url), QueryLimits(timeout, max_rows, max_bytes, max_memory))
     emit_rows(result.columns, result.rows, fmt)
     if result.truncated:
-        err_console.print(f"[yellow]only the first {max_rows:,} rows are shown (--max-rows)[/]")
+        err_console.print(f"[yellow]only the first {len(result.rows):,} rows are shown (--max-rows, --max-bytes)[/]")
 
 
 def files_command(

@@ -1,5 +1,18 @@
-"""Run untrusted SQL: one read-only statement, no files outside the lake's
-tables, a time limit and a row cap."""
+"""Run untrusted SQL: one query that only reads (frlake.query.statements), on
+a DuckDB database that can open no file and whose configuration is locked,
+with a time limit, a memory limit and a cap on the rows and bytes returned.
+
+Layers, each enough on its own against writing into the lake:
+1. ``check_statement``: DuckDB's parser must see a query, also under EXPLAIN
+   ANALYZE (which runs what it explains), with no function that runs SQL text
+   or changes state.
+2. ``lock_down``: external access off and no directory allowed (the lake's
+   tables are read through Arrow datasets, see ``create_views(sealed=True)``),
+   no temp directory (DuckDB lets SQL write into it), locked configuration.
+3. ``Sandbox.run``: each query runs on its own cursor, closed afterwards, so
+   temporary tables, views, macros and variables vanish with it; the shared
+   catalog is compared before and after, and a sandbox whose views changed is
+   closed and never used again."""
 
 from __future__ import annotations
 
@@ -8,16 +21,29 @@ import time
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
 from frlake.errors import QueryError
+from frlake.query.statements import check_statement
 
-ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+GiB = 1 << 30
+MiB = 1 << 20
+_BATCH_ROWS = 1024  # rows per Arrow batch: how far a result may overshoot max_bytes
+
+__all__ = ["QueryLimits", "QueryResult", "Sandbox", "check_statement", "lock_down", "run_limited"]
 
 
 @dataclass(frozen=True)
 class QueryLimits:
     timeout_s: float = 30.0
     max_rows: int = 10_000
+    max_bytes: int = 64 * MiB  # of the result, measured as Arrow record batches
+    max_memory: int = 1 * GiB  # DuckDB's memory_limit for the sandbox; nothing spills to disk
+
+    def __post_init__(self):
+        for name in ("timeout_s", "max_rows", "max_bytes", "max_memory"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"QueryLimits.{name} must be positive, not {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -26,57 +52,179 @@ class QueryResult:
     rows: list[tuple]
     truncated: bool
     seconds: float
+    bytes: int = 0  # Arrow size of the record batches read
 
 
-def check_statement(sql: str) -> None:
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"the SQL does not parse: {exc}") from None
-    if len(statements) != 1:
-        raise QueryError(f"give exactly one statement, not {len(statements)}")
-    kind = statements[0].type
-    if kind not in ALLOWED:
-        name = getattr(kind, "name", str(kind))
-        raise QueryError(f"only SELECT, WITH and EXPLAIN queries are allowed; this is a {name} statement")
-
-
-def lock_down(con: duckdb.DuckDBPyConnection, allowed_dirs: list[str]) -> None:
-    """After the views exist: no file access but the lake's tables, no
-    extensions, no Python objects, and no way to change this back."""
-    listing = "[" + ", ".join("'" + d.replace("'", "''") + "'" for d in allowed_dirs) + "]"
-    con.execute(f"SET allowed_directories = {listing}")
+def lock_down(con: duckdb.DuckDBPyConnection, limits: QueryLimits = QueryLimits()) -> None:
+    """After the views exist: no file of any folder (the lake's tables
+    included), no temp directory, no extensions, no Python objects, a memory
+    limit, and no way to change any of it back."""
+    # No spilling: DuckDB lets SQL write files into its temp directory even with
+    # external access off, so there is none and memory_limit is the whole budget.
+    con.execute("SET temp_directory = ''")
+    con.execute("SET allowed_directories = []")
+    con.execute("SET allowed_paths = []")
     con.execute("SET enable_external_access = false")
+    con.execute(f"SET memory_limit = '{int(limits.max_memory)}B'")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET allow_community_extensions = false")
     con.execute("SET python_enable_replacements = false")
     con.execute("SET lock_configuration = true")
 
 
+class Sandbox:
+    """A locked-down DuckDB database over the lake's views, for untrusted SQL.
+
+    Built by ``frlake.query.open_sandbox``; holds the connection that owns the
+    views and the Python objects they read (registered again on each query's
+    cursor). Not for use by two threads at once."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sources: dict[str, object], limits: QueryLimits):
+        self.con = con
+        self.limits = limits
+        self._sources = sources
+        self._baseline = catalog_state(con)
+        self.closed = False
+
+    def run(self, sql: str, limits: QueryLimits | None = None) -> QueryResult:
+        """Check ``sql`` and run it with the time limit and the caps."""
+        check_statement(sql)
+        return self.run_unchecked(sql, limits)
+
+    def run_unchecked(self, sql: str, limits: QueryLimits | None = None) -> QueryResult:
+        """Run ``sql`` without the parser check: the sandbox's other layers
+        alone (tests use it to show they hold without the check)."""
+        if self.closed:
+            raise QueryError("this sandbox was closed; open a new one")
+        limits = limits or self.limits
+        if limits.max_memory != self.limits.max_memory:
+            raise QueryError("the memory limit is set when the sandbox is opened; open one with these limits")
+        cur = self.con.cursor()
+        try:
+            for name, obj in self._sources.items():
+                cur.register(name, obj)
+            return _fetch_limited(cur, sql, limits)
+        finally:
+            cur.close()
+            if catalog_state(self.con) != self._baseline:
+                self.close()
+                raise QueryError("the query changed the sandbox's views; the sandbox was closed")
+
+    def close(self) -> None:
+        self.closed = True
+        self.con.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.closed:
+            self.close()
+
+
+def catalog_state(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """Everything a query could create or replace that another query sees:
+    databases, schemas, tables, views, sequences, types and macros."""
+    return con.execute("""
+        SELECT 'database', database_name, '', path FROM duckdb_databases()
+        UNION ALL SELECT 'schema', database_name, schema_name, '' FROM duckdb_schemas()
+        UNION ALL SELECT 'table', database_name, schema_name || '.' || table_name, sql FROM duckdb_tables()
+        UNION ALL SELECT 'view', database_name, schema_name || '.' || view_name, sql FROM duckdb_views()
+        UNION ALL SELECT 'sequence', database_name, schema_name || '.' || sequence_name, sql FROM duckdb_sequences()
+        UNION ALL SELECT 'type', database_name, schema_name || '.' || type_name, '' FROM duckdb_types() WHERE NOT internal
+        UNION ALL SELECT 'macro', database_name, schema_name || '.' || function_name, macro_definition
+            FROM duckdb_functions() WHERE NOT internal
+        ORDER BY ALL
+    """).fetchall()
+
+
 def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> QueryResult:
-    """Run one checked statement with the time limit and row cap."""
+    """Check ``sql`` and run it on ``con`` itself with the time limit and the
+    row and byte caps (a ``Sandbox`` adds a cursor per query and the catalog
+    check; prefer it)."""
     check_statement(sql)
-    timer = threading.Timer(limits.timeout_s, con.interrupt)
+    return _fetch_limited(con, sql, limits)
+
+
+def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> QueryResult:
+    timer = threading.Timer(limits.timeout_s, cur.interrupt)
     started = time.perf_counter()
     timer.start()
     try:
-        cur = con.execute(sql)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchmany(limits.max_rows + 1)
+        relation = cur.sql(sql)  # streams: rows past the caps are never computed
+        columns = list(relation.columns) if relation is not None else []
+        batches, size, truncated = _read_capped(relation, limits) if relation is not None else ([], 0, False)
     except duckdb.InterruptException:
-        raise QueryError(f"the query ran longer than the {limits.timeout_s:g} s limit and was stopped") from None
+        raise QueryError(_timeout_message(limits)) from None
+    except duckdb.OutOfMemoryException:
+        raise QueryError(f"the query went over the {_size(limits.max_memory)} memory limit and was stopped "
+                         "(aggregate or filter more, or select fewer columns)") from None
     except duckdb.Error as exc:
         if time.perf_counter() - started >= limits.timeout_s:
-            raise QueryError(f"the query ran longer than the {limits.timeout_s:g} s limit and was stopped") from None
+            raise QueryError(_timeout_message(limits)) from None
         raise QueryError(_clean(exc)) from None
     finally:
         timer.cancel()
-    truncated = len(rows) > limits.max_rows
-    return QueryResult(columns, rows[: limits.max_rows], truncated, time.perf_counter() - started)
+    rows = _rows(batches, len(columns))
+    if len(rows) > limits.max_rows:
+        rows, truncated = rows[: limits.max_rows], True
+    return QueryResult(columns, rows, truncated, time.perf_counter() - started, size)
+
+
+def _read_capped(relation: duckdb.DuckDBPyRelation, limits: QueryLimits) -> tuple[list[pa.RecordBatch], int, bool]:
+    """Arrow batches up to max_rows + 1 rows and max_bytes bytes; the reader
+    is closed there, so the rest of the result is never computed."""
+    reader = relation.to_arrow_reader(_BATCH_ROWS)
+    batches, rows, size = [], 0, 0
+    try:
+        for batch in reader:
+            if batch.nbytes > limits.max_bytes - size:
+                keep = _rows_that_fit(batch, limits.max_bytes - size)
+                if keep:
+                    batches.append(batch.slice(0, keep))
+                    size += batches[-1].nbytes
+                return batches, size, True
+            batches.append(batch)
+            rows += batch.num_rows
+            size += batch.nbytes
+            if rows > limits.max_rows:
+                return batches, size, False  # the extra row marks the truncation
+        return batches, size, False
+    finally:
+        reader.close()
+
+
+def _rows_that_fit(batch: pa.RecordBatch, room: int) -> int:
+    lo, hi = 0, batch.num_rows  # the most leading rows whose slice fits in room bytes
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if batch.slice(0, mid).nbytes <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _rows(batches: list[pa.RecordBatch], width: int) -> list[tuple]:
+    if not batches or width == 0:
+        return []
+    table = pa.Table.from_batches(batches)
+    return list(zip(*(column.to_pylist() for column in table.columns)))
+
+
+def _timeout_message(limits: QueryLimits) -> str:
+    return f"the query ran longer than the {limits.timeout_s:g} s limit and was stopped"
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:g} GiB" if n >= GiB else f"{n / MiB:g} MiB"
 
 
 def _clean(exc: Exception) -> str:
     text = str(exc).strip()
-    if "external access" in text.lower() or "allowed_directories" in text.lower() or "Permission Error" in text:
-        return f"access outside the lake's tables is not allowed ({text.splitlines()[0]})"
+    lowered = text.lower()
+    if "external access" in lowered or "allowed_directories" in lowered or "Permission Error" in text:
+        return ("the sandbox opens no file: query the views instead (access outside the lake's "
+                f"tables is not allowed: {text.splitlines()[0]})")
     return text.splitlines()[0] if text else type(exc).__name__

@@ -6,6 +6,7 @@ from typing import Iterable
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from frlake import schema
 from frlake.catalog.store import CATALOG_VIEWS, Catalog
@@ -51,13 +52,35 @@ def _sql_str(text: str) -> str:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
-                 catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None) -> None:
+                 catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
+                 sealed: bool = False) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
-    register the catalog tables."""
+    register the catalog tables. Returns the Python objects registered, by
+    name (a cursor of ``con`` must register them again to see the views).
+
+    ``sealed`` (the SQL sandbox): the lake's files are read through Arrow
+    datasets, not DuckDB's file readers, so the connection needs no file
+    system at all and can be denied every path, the lake's own included."""
+    sources: dict[str, object] = {}
+
+    def register(name: str, obj: object) -> str:
+        con.register(name, obj)
+        sources[name] = obj
+        return name
+
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
+        fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         files = [str(lake.root / p) for p in catalog.lake_files(name, partition if partitioned else None)]
-        if files:
+        if files and sealed:
+            # The same columns in the same order as read_parquet's view, which puts hive columns in name order.
+            hive_fields = sorted(schema.PARTITION_FIELDS, key=lambda f: f.name) if partitioned else []
+            hive = ds.partitioning(pa.schema(hive_fields), flavor="hive") if partitioned else None
+            dataset = ds.dataset(files, schema=pa.schema(list(table_schema) + hive_fields), format="parquet",
+                                 partitioning=hive,
+                                 partition_base_dir=str(lake.tables / name))
+            source = register(f"__lake_{name}", dataset)
+        elif files:
             listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
             # Every file of a table is written with frlake.schema's columns, so no union_by_name:
             # it would make DuckDB read every file's footer to build the view.
@@ -65,14 +88,12 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             if partitioned:
                 options += f", hive_types = {_HIVE_TYPES}"
             source = f"read_parquet({listing}, {options})"
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
         else:
-            fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
-            empty = pa.schema(fields).empty_table()
-            con.register(f"__empty_{name}", empty)
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__empty_{name}')}")
+            source = register(f"__empty_{name}", pa.schema(fields).empty_table())
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
     for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        con.register(f"__catalog_{name}", catalog.table_arrow(name))
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, f'__catalog_{name}')}")
+        source = register(f"__catalog_{name}", catalog.table_arrow(name))
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
     for name, sql in _DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    return sources

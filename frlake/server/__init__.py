@@ -62,20 +62,37 @@ def catalog() -> Catalog:
 _local = threading.local()
 
 
-def lake(read_only: bool = False):
-    """A DuckDB connection with the lake's views (locked down for untrusted
-    SQL when ``read_only``). Each server thread keeps its own and rebuilds it
-    only when the catalog changed (new lake files or diagnoses), so a request
-    costs a query, not a rebuild of the views."""
+def lake():
+    """A DuckDB connection with the lake's views, for frlake's own queries.
+    Each server thread keeps its own and rebuilds it only when the catalog
+    changed (new lake files or diagnoses), so a request costs a query, not a
+    rebuild of the views."""
     from frlake.query import connect
 
     s = config().settings
     version = (s, catalog().version())
-    slot = "sandbox" if read_only else "lake"
-    cached = getattr(_local, slot, None)
+    cached = getattr(_local, "lake", None)
     if cached is None or cached[0] != version:
         if cached is not None:
             cached[1].close()
-        cached = (version, connect(s.lake, s.db_url, read_only=read_only))
-        setattr(_local, slot, cached)
+        cached = (version, connect(s.lake, s.db_url))
+        _local.lake = cached
+    return cached[1]
+
+
+def sandbox():
+    """The ``Sandbox`` for users' SQL, one per server thread, rebuilt when the
+    catalog changed or when a query changed its views (it then closes itself).
+    Each query runs on its own cursor, so nothing a query leaves behind
+    reaches the next user of the thread."""
+    from frlake.query import open_sandbox
+
+    s = config().settings
+    version = (s, catalog().version(), config().query_limits)
+    cached = getattr(_local, "sandbox", None)
+    if cached is None or cached[0] != version or cached[1].closed:
+        if cached is not None and not cached[1].closed:
+            cached[1].close()
+        cached = (version, open_sandbox(s.lake, s.db_url, config().query_limits))
+        _local.sandbox = cached
     return cached[1]

@@ -10,10 +10,9 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 from frlake.diagnose import diagnose
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadRefused, ingest_upload
-from frlake.query import sandbox
 from frlake.query.attempt import arrivals, perfetto_trace, progress
 from frlake.query.reports import REPORTS, Window
-from frlake.server import catalog, config, lake
+from frlake.server import catalog, config, lake, sandbox
 from frlake.server.errors import ApiError
 
 bp = Blueprint("api", __name__)
@@ -207,7 +206,7 @@ def query():
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
         raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
-    result = sandbox.run_limited(lake(read_only=True), body["sql"], config().query_limits)
+    result = sandbox().run(body["sql"])
     return jsonify({"columns": result.columns, "rows": [list(r) for r in result.rows],
                     "truncated": result.truncated, "seconds": round(result.seconds, 4)})
 
