@@ -12,6 +12,21 @@ from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, c
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
 
+# Exit statuses a cron job can act on (README "Commands", docs/security.md).
+EXIT_OK = 0  # every file found was ingested, already present or unchanged
+EXIT_ERROR = 1  # the run itself stopped: bad options, the lake locked, a catalog error
+EXIT_SOME_REJECTED = 3  # some files were rejected, the others were ingested
+EXIT_ALL_REJECTED = 4  # files were found but every one was rejected: nothing could be read
+
+
+def exit_status(summary) -> int:
+    """The exit status of an ingest that ran to its end (EXIT_* above)."""
+    if not summary.rejected:
+        return EXIT_OK
+    if summary.ingested or summary.already_present or summary.unchanged:
+        return EXIT_SOME_REJECTED
+    return EXIT_ALL_REJECTED
+
 
 def ingest_command(
     ctx: typer.Context,
@@ -33,7 +48,12 @@ def ingest_command(
 ) -> None:
     """Ingest Flight Recorder dumps (pickle or JSON). Safe to re-run: unchanged
     files are skipped without reading them, and the same bytes are never
-    ingested twice."""
+    ingested twice. A file that cannot be read is rejected with its reason
+    and the run goes on.
+
+    Exit status: 0 all good; 3 some files were rejected (the rest were
+    ingested); 4 every file was rejected or no path could be read; 1 on
+    errors."""
     pool_context()  # its imports overlap ours
     from frlake.ingest.pipeline import IngestOptions, ingest
 
@@ -52,7 +72,7 @@ def ingest_command(
                 summary = ingest(paths, cfg, options, lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
     if fmt is Format.json:
         emit_json(summary.to_dict())
-        return
+        raise typer.Exit(exit_status(summary))
     console.print(
         f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "
         f"already present {summary.already_present}, unchanged {summary.unchanged}, "
@@ -64,3 +84,4 @@ def ingest_command(
         console.print(f"    {f['path']}: {f['detail']}", highlight=False)
     if summary.rejected > 20:
         console.print("    ... see `frlake files --rejected`")
+    raise typer.Exit(exit_status(summary))

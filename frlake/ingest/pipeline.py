@@ -32,7 +32,7 @@ from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.pool import pool_context
-from frlake.ingest.sources import ArchiveLimits, Source, archive_members, is_archive, walk
+from frlake.ingest.sources import NOT_STATTED, ArchiveLimits, Source, archive_members, is_archive, walk
 from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, cleanup_staged, enter_worker_process,
                                   process_chunk, stacks_table)
 from frlake.lake import Lake, new_part_name
@@ -164,17 +164,23 @@ class _Run:
         self.archives: list[FileRecord] = []
         self.reasons: Counter[str] = Counter()
         self.touched: set[tuple[str, int]] = set()
+        self.spill_dir = lake.staging / "members"  # archive members, unpacked one at a time
+        self.spilled: set[str] = set()  # spill files not yet released
 
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
         chunks = self._chunks(self._changed(chain(extra, self._sources(roots))))
         workers = max(1, self.options.workers)
-        if workers == 1 and not self.options.isolate:
-            for chunk in chunks:
-                self.batch += 1
-                self._commit(process_chunk(self.ctx, self.batch, chunk))
-        else:
-            self._execute_parallel(chunks, workers)
+        try:
+            if workers == 1 and not self.options.isolate:
+                for chunk in chunks:
+                    self.batch += 1
+                    self._commit(process_chunk(self.ctx, self.batch, chunk))
+                    self._release(chunk)
+            else:
+                self._execute_parallel(chunks, workers)
+        finally:
+            self._release_all()
         if self.archives:
             self.catalog.commit_batch(self.summary.run_id, [], [], self.archives)
         self.summary.rejected_by_reason = dict(self.reasons)
@@ -191,6 +197,7 @@ class _Run:
                     self._reject(src, "worker_killed",
                                  f"its worker was stopped while reading it: over the CPU budget of "
                                  f"{self.options.limits.cpu_budget(src.size):.0f} s (a hash bomb?), or out of memory")
+                    self._release([src])
             lost = self._run_pool(chunks, workers)
 
     def _run_pool(self, chunks: Iterator[list[Source]], workers: int) -> list[list[Source]]:
@@ -226,6 +233,7 @@ class _Run:
                 lost.append(chunk)
                 continue
             self._commit(result)
+            self._release(chunk)
         return lost
 
     def _reject(self, src: Source, reason: str, detail: str) -> None:
@@ -234,43 +242,60 @@ class _Run:
         self._tally(ChunkResult(files=[record]))
 
     def _sources(self, roots: list[Path]) -> Iterator[Source]:
-        for path, st in walk(roots, exclude=self.lake.root):
-            if is_archive(path):
-                yield from self._archive(path, st)
+        for src in walk(roots, exclude=self.lake.root):
+            if src.problem is None and is_archive(Path(src.fs_path)):
+                yield from self._archive(src)
             else:
-                yield Source(str(path), st.st_size, st.st_mtime_ns)
+                yield src
 
-    def _archive(self, path: Path, st) -> Iterator[Source]:
-        key = str(path)
+    def _archive(self, archive: Source) -> Iterator[Source]:
+        key = archive.key
         known = self.catalog.current_files([key]).get(key)
-        if known and not self.options.force and (known.size, known.mtime_ns) == (st.st_size, st.st_mtime_ns):
+        if known and not self.options.force and (known.size, known.mtime_ns) == (archive.size, archive.mtime_ns):
             self.summary.unchanged += 1
             return
         status, reason, detail = "archive", None, None
         try:
-            yield from archive_members(path, self.options.archive)
+            for member in archive_members(archive.fs_path, key, self.options.archive, self.spill_dir):
+                if member.path is not None:
+                    self.spilled.add(member.path)
+                yield member
         except FrlakeError as exc:
             status, reason, detail = "rejected", "bad_archive", str(exc)
             self._count_reject(key, reason, detail)
-        self.archives.append(FileRecord(key, st.st_size, st.st_mtime_ns, None, status, reason, detail))
+        self.archives.append(FileRecord(key, archive.size, archive.mtime_ns, None, status, reason, detail))
+
+    def _release(self, sources: Iterable[Source]) -> None:
+        """Delete the spill files of sources that are done with."""
+        for src in sources:
+            if src.path in self.spilled:
+                self.spilled.discard(src.path)
+                Path(src.path).unlink(missing_ok=True)
+
+    def _release_all(self) -> None:
+        for path in list(self.spilled):
+            Path(path).unlink(missing_ok=True)
+        self.spilled.clear()
 
     def _changed(self, sources: Iterator[Source]) -> Iterator[Source]:
-        """Drop files whose size and mtime match the catalog, without reading them."""
+        """Drop files whose size and mtime match the catalog, without reading
+        them. A path that could not even be stat'ed is reported every time."""
         pending: list[Source] = []
 
         def flush() -> Iterator[Source]:
             known = {} if self.options.force else self.catalog.current_files([s.key for s in pending])
             for s in pending:
                 k = known.get(s.key)
-                if k is not None and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
+                if k is not None and s.mtime_ns != NOT_STATTED and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
                     self.summary.unchanged += 1
+                    self._release([s])
                 else:
                     yield s
             pending.clear()
 
         for src in sources:
             pending.append(src)
-            if len(pending) >= 1000 or src.data is not None:
+            if len(pending) >= 1000 or src.data is not None or src.path in self.spilled:
                 yield from flush()
         yield from flush()
 
@@ -280,7 +305,7 @@ class _Run:
         and smaller chunks, so that the workers finish at about the same time."""
         opts, workers = self.options, max(1, self.options.workers)
         ahead: deque[Source] = deque()
-        held = 0  # bytes that look-ahead sources carry in memory (archive members, uploads)
+        held = 0  # bytes that look-ahead sources hold in memory (uploads) or in spill files (archive members)
         exhausted = False
         while True:
             while not exhausted and len(ahead) < 4 * workers * opts.chunk_files and held < 2 * opts.chunk_bytes:
@@ -289,7 +314,7 @@ class _Run:
                     exhausted = True
                     break
                 ahead.append(src)
-                held += len(src.data or b"")
+                held += self._held(src)
             if not ahead:
                 return
             most = opts.chunk_files
@@ -301,8 +326,11 @@ class _Run:
                 src = ahead.popleft()
                 chunk.append(src)
                 size += src.size
-                held -= len(src.data or b"")
+                held -= self._held(src)
             yield chunk
+
+    def _held(self, src: Source) -> int:
+        return len(src.data) if src.data is not None else src.size if src.path in self.spilled else 0
 
     # -- publishing -----------------------------------------------------------
     def _commit(self, result: ChunkResult) -> None:

@@ -25,7 +25,7 @@ from frlake.errors import DumpRejected, safe_text
 from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits, ParsedDump, parse_dump
 from frlake.ingest.safeload import decode
-from frlake.ingest.sources import Source
+from frlake.ingest.sources import Source, read_regular_file
 from frlake.lake import Lake, new_part_name
 
 
@@ -264,34 +264,19 @@ def _convert(what: str, build, *args) -> pa.Table:
 
 
 def _read(src: Source, limits: Limits, result: ChunkResult) -> tuple[bytes | None, str | None]:
-    if src.problem is not None:
-        result.files.append(FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", *src.problem))
+    """The bytes of one source and their sha256, or (None, None) once its
+    rejection is recorded. Only regular files are opened (sources.read_regular_file)."""
+    try:
+        if src.problem is not None:
+            raise DumpRejected(*src.problem)
+        data = src.data if src.data is not None else read_regular_file(src.fs_path, limits.max_file_bytes)
+        if len(data) > limits.max_file_bytes:  # bytes handed over in memory
+            raise DumpRejected("too_large", f"the file is {len(data):,} bytes, over the {limits.max_file_bytes:,}-byte limit")
+    except DumpRejected as exc:
+        result.files.append(FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", exc.reason, exc.message))
         return None, None
-    data = src.data
-    if data is None:
-        if src.size > limits.max_file_bytes:
-            result.files.append(
-                FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", "too_large",
-                           f"the file is {src.size:,} bytes, over the {limits.max_file_bytes:,}-byte limit")
-            )
-            return None, None
-        try:
-            with open(src.fs_path, "rb") as f:
-                data = f.read()  # the size was checked above; read() grows its buffer to what is there
-        except OSError as exc:
-            result.files.append(
-                FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", "unreadable", f"cannot read: {exc.strerror}")
-            )
-            return None, None
     result.input_bytes += len(data)
-    sha = hashlib.sha256(data).hexdigest()
-    if len(data) > limits.max_file_bytes:  # it grew while we read it
-        result.files.append(
-            FileRecord(src.key, len(data), src.mtime_ns, sha, "rejected", "too_large",
-                       f"the file is {len(data):,} bytes, over the {limits.max_file_bytes:,}-byte limit")
-        )
-        return None, None
-    return data, sha
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def _const(value, n: int, typ: pa.DataType) -> pa.Array:
