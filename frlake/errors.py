@@ -71,5 +71,9 @@ class LakeLocked(FrlakeError):
     """Another ingest holds the lake's write lock."""
 
 
+class WorkersCannotStart(FrlakeError):
+    """Ingest worker processes die as they start: the environment, not a file, is at fault."""
+
+
 class QueryError(FrlakeError):
     """A user query was refused or failed."""

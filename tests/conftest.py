@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from frlake.config import Settings
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 from tests.helpers import CORPUS, TRUTH
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from frlake.config import Settings
-from frlake.ingest import ingest
+from tests.helpers import ingest
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parent / "screenshots"

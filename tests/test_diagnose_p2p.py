@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from frlake.config import Settings
-from frlake.diagnose import diagnose
-from frlake.ingest import ingest
+from tests.helpers import diagnose
+from tests.helpers import ingest
 from tests.helpers import ROOT, load_trusted
 
 sys.path.insert(0, str(ROOT / "bench"))

@@ -4,6 +4,8 @@ and CI runs the README's test command as written."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -46,16 +48,21 @@ def test_every_column_is_documented(table):
         assert f"`{field.name}`" in section, f"{table}.{field.name} is not in docs/schema.md"
 
 
-def test_example_queries_run(corpus_lake):
+def test_example_queries_run(tmp_path, corpus):
+    """Every example answers something on the corpus beside a few bad files."""
     import frlake
+    from frlake.config import Settings
+    from tests.helpers import FIXTURES, ingest
 
-    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([corpus, FIXTURES / "bad"], settings)
+    con = frlake.connect(settings.lake, settings.db_url)
     blocks = re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)
     queries = [q.strip() for block in blocks for q in block.split(";") if q.strip()]
     assert len(queries) >= 9
     for q in queries:
         q = "\n".join(line for line in q.splitlines() if not line.startswith("--"))
-        assert con.execute(q).fetchall() is not None
+        assert con.execute(q).fetchall(), f"the example answers nothing on the corpus:\n{q}"
 
 
 def test_every_api_route_is_documented(tmp_path):
@@ -72,8 +79,44 @@ def test_every_api_route_is_documented(tmp_path):
             assert path in api_doc, f"{path} is not in docs/api.md"
 
 
-def test_the_readme_python_example_runs(tmp_path, monkeypatch):
+def test_the_readme_python_example_runs_as_a_script(tmp_path):
+    """Saved as a script and run by a fresh interpreter (worker processes and
+    all), as a user would, not inside pytest's process."""
     block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "example.py").write_text(block)
     (tmp_path / "samples").symlink_to(ROOT / "samples")
-    exec(compile(block, "README.md", "exec"), {})
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "32 dumps ingested, 0 rejected" in done.stdout, done.stdout
+    assert "hang" in done.stdout or "mismatch" in done.stdout, done.stdout
+
+
+def test_a_script_without_a_main_guard_is_told_why_and_no_file_is_rejected(tmp_path):
+    """Python's multiprocessing runs a guard-less script again in every worker,
+    so the workers die: an environment failure, not a verdict on the files."""
+    block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
+    body = block.split("def main() -> None:\n", 1)[1].split("\n\nif __name__", 1)[0]
+    unguarded = block.split("def main()", 1)[0] + "\n".join(line[4:] for line in body.splitlines())
+    (tmp_path / "unguarded.py").write_text(unguarded)
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    done = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr.splitlines()[-1]
+    from frlake.catalog.store import Catalog
+
+    catalog = Catalog(f"sqlite:///{tmp_path / 'frlake-lake' / 'catalog.db'}")
+    assert catalog.files() == [], "nothing is recorded against the files"
+    catalog.close()
+    (tmp_path / "example.py").write_text(block)  # the guarded script then ingests every file
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "32 dumps ingested, 0 rejected" in done.stdout, done.stderr
+
+
+def test_the_verdicts_are_documented_in_their_order():
+    from frlake.diagnose.model import Verdict
+
+    doc = (ROOT / "docs" / "diagnose.md").read_text()
+    section = doc.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
+    positions = [section.find(f"`{v.value}`") for v in Verdict]
+    assert -1 not in positions, "every verdict is in docs/diagnose.md"
+    assert positions == sorted(positions), "in the order of precedence of frlake.diagnose.model.Verdict"

@@ -9,7 +9,7 @@ import pytest
 
 import frlake
 from frlake.config import Settings
-from frlake.ingest import ingest
+from tests.helpers import ingest
 from tests.helpers import FIXTURES
 
 FORMATS = FIXTURES / "formats"

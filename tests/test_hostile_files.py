@@ -23,7 +23,8 @@ from frlake.cli.ingest import EXIT_ALL_REJECTED, EXIT_OK, EXIT_SOME_REJECTED
 from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.errors import DumpRejected
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 from frlake.ingest.sources import Source, read_regular_file
 
 JOB = "job-223715"  # 4 ranks: gpu-b03 rank_0, rank_1; gpu-c04 rank_2, rank_3
@@ -127,7 +128,8 @@ _DEV_ZERO_RUN = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))  # a regression fails here instead of eating the machine
 from frlake.config import Settings
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 from frlake.ingest.sources import Source
 swapped = Source(sys.argv[3], 0, 1, path="/dev/zero")  # a file replaced by a link to /dev/zero after the scan
 summary = ingest([sys.argv[1]], Settings.resolve(sys.argv[2]), IngestOptions(workers=1, diagnose=False), sources=[swapped])
@@ -177,7 +179,8 @@ _AS_ROOT_WITHOUT_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_se
 _INGEST_RUN = """
 import json, sys
 from frlake.config import Settings
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 summary = ingest(sys.argv[3:], Settings.resolve(sys.argv[1]), IngestOptions(workers=int(sys.argv[2]), diagnose=False))
 print(json.dumps(summary.to_dict()))
 """
@@ -268,7 +271,8 @@ def zero_bomb(path: Path, corpus: Path, member_bytes: int, members: int, extra: 
 _BOMB_RUN = """
 import json, resource, sys
 from frlake.config import Settings
-from frlake.ingest import IngestOptions, ingest
+from frlake.ingest import IngestOptions
+from tests.helpers import ingest
 from frlake.ingest.sources import ArchiveLimits
 settings = Settings.resolve(sys.argv[2])
 ingest([sys.argv[3]], settings, IngestOptions(workers=1, isolate=True, diagnose=False))  # warm up: imports, catalog

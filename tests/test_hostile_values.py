@@ -20,7 +20,8 @@ import pytest
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import MAX_MESSAGE, REJECT_REASONS
-from frlake.ingest import IdentityOptions, IngestOptions, Limits, ingest
+from frlake.ingest import IdentityOptions, IngestOptions, Limits
+from tests.helpers import ingest
 from frlake.ingest.upload import ingest_upload
 from tests.helpers import ROOT
 

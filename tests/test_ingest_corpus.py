@@ -10,7 +10,8 @@ import shutil
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest import IdentityOptions, IngestOptions
+from tests.helpers import ingest
 from tests.helpers import load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")

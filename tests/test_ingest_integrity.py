@@ -22,9 +22,10 @@ import pytest
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.diagnose import diagnose
+from tests.helpers import diagnose
 from frlake.errors import LakeLocked
-from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest import IdentityOptions, IngestOptions
+from tests.helpers import ingest
 from frlake.lake import Lake
 
 

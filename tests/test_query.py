@@ -7,7 +7,8 @@ import pytest
 
 import frlake
 from frlake.errors import QueryError
-from frlake.query import QueryLimits, query
+from frlake.query import QueryLimits
+from tests.helpers import query
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import date
 
+import pytest
 from typer.testing import CliRunner
 
 from frlake.cli.main import app
-from frlake.query.reports import Window, run
+from frlake.query.reports import Window
+from tests.helpers import run_report as run
 
 
 def test_flaky_hosts_puts_gpu_b03_first(corpus_lake):
@@ -20,15 +23,18 @@ def test_flaky_hosts_puts_gpu_b03_first(corpus_lake):
     assert rows[0]["culprit_attempts"] == len(rows[0]["evidence"]) == sum(rows[0]["by_reason"].values())
 
 
-def test_score_accounts_for_how_much_a_host_was_used(corpus_lake):
-    from frlake.query import connect
-    from frlake.query.reports import Z
+def _wilson_lower_bound(k: int, n: int, z: float = 1.96) -> float:
+    p = k / n
+    return (p + z * z / (2 * n) - z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
 
-    con = connect(corpus_lake.lake)
-    lb = lambda k, n: con.execute(  # noqa: E731
-        f"SELECT (p + {Z}^2/(2*n) - {Z}*sqrt(p*(1-p)/n + {Z}^2/(4*n*n))) / (1 + {Z}^2/n) FROM (SELECT {k}/{n} AS p, {n}::DOUBLE AS n)"
-    ).fetchone()[0]
-    assert lb(25, 40) > lb(1, 2)
+
+def test_score_is_the_wilson_lower_bound_of_each_hosts_rate(corpus_lake):
+    rows = run(corpus_lake, "flaky-hosts")
+    assert len(rows) > 3
+    for r in rows:
+        assert r["score"] == pytest.approx(_wilson_lower_bound(r["culprit_attempts"], r["attempts"]), abs=1e-4), r
+    # a host blamed once in two attempts ranks below one blamed 25 times in 40
+    assert _wilson_lower_bound(25, 40) > _wilson_lower_bound(1, 2)
 
 
 def test_slow_ranks_names_every_straggler_culprit(corpus_lake, truth):

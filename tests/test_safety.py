@@ -16,7 +16,8 @@ import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import DumpRejected
-from frlake.ingest import IdentityOptions, IngestOptions, ingest
+from frlake.ingest import IdentityOptions, IngestOptions
+from tests.helpers import ingest
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.upload import ingest_upload
@@ -69,8 +70,8 @@ def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, c
         "import resource, sys, json\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))\n"
         "from frlake.config import Settings\n"
-        "from frlake.ingest import ingest\n"
-        f"s = ingest([{str(tmp_path / 'nfs')!r}], Settings.resolve({str(lake)!r}))\n"
+        "from frlake import Frlake\n"
+        f"s = Frlake(Settings.resolve({str(lake)!r})).ingest([{str(tmp_path / 'nfs')!r}])\n"
         "print(json.dumps(s.to_dict()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -12,7 +12,7 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
-from frlake.ingest import ingest
+from tests.helpers import ingest
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, check_binding
 

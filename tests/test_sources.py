@@ -10,7 +10,8 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
-from frlake.ingest import IdentityOptions, IngestOptions, Layout, ingest, load_hosts
+from frlake.ingest import IdentityOptions, IngestOptions, Layout, load_hosts
+from tests.helpers import ingest
 from tests.helpers import FIXTURES
 
 

@@ -17,12 +17,13 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import QueryError
-from frlake.query import QueryLimits, open_sandbox, query
+from frlake.query import QueryLimits
+from tests.helpers import open_sandbox, query
 from frlake.query.statements import READING_TABLE_FUNCTIONS, STATE_CHANGING_FUNCTIONS, check_statement
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
 
-from tests.conftest import copy_tree
+from tests.helpers import copy_tree
 
 # Functions DuckDB marks has_side_effects whose effects stay inside the query:
 # randomness, clocks, sleeping (bounded by the time limit), raising an error.
@@ -256,10 +257,11 @@ def test_a_runaway_sort_is_held_to_the_memory_limit_in_rss(corpus_lake):
     script = (
         "import resource, sys\n"
         "from frlake.config import Settings\nfrom frlake.errors import QueryError\n"
-        "from frlake.query import QueryLimits, query\n"
+        "from frlake import Frlake\nfrom frlake.query import QueryLimits\n"
         "try:\n"
-        "    query('SELECT a.x * b.x FROM range(100000) a(x), range(100000) b(x) ORDER BY 1 DESC',\n"
-        "          Settings.resolve(sys.argv[1]), QueryLimits(timeout_s=120, max_memory=256 << 20))\n"
+        "    Frlake(Settings.resolve(sys.argv[1])).query(\n"
+        "        'SELECT a.x * b.x FROM range(100000) a(x), range(100000) b(x) ORDER BY 1 DESC',\n"
+        "        QueryLimits(timeout_s=120, max_memory=256 << 20))\n"
         "except QueryError as exc:\n"
         "    print(exc)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"

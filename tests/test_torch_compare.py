@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from frlake.diagnose import diagnose
+from tests.helpers import diagnose
 
 from tests.torch_fr import run_torch_on_attempt
 
@@ -57,7 +57,7 @@ def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
     """Real gloo dumps (tests/fixtures/real/extra_collective): rank 0 issued one all_reduce too many,
     and rank 7 wrote no dump. torch gives up on the missing file; frlake names rank 0."""
     from frlake.config import Settings
-    from frlake.ingest import ingest
+    from tests.helpers import ingest
     from tests.helpers import FIXTURES
 
     tree = FIXTURES / "real" / "extra_collective"

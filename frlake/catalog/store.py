@@ -12,6 +12,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
+from frlake.diagnose.model import Diagnosis, stack_signature, top_frame
 from frlake.catalog.models import (Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile,
                                   StackId)
 
@@ -347,15 +348,15 @@ class Catalog:
             return out
 
     # -- diagnoses --------------------------------------------------------------
-    def save_diagnosis(self, report: dict, culprits: Sequence[dict], rank_stats: Sequence[dict] = (),
-                       revision: int = 0) -> None:
+    def save_diagnosis(self, diag: Diagnosis, revision: int = 0) -> None:
         """Store (or replace) the diagnosis of one attempt, made from what the
-        attempt held at ``revision``."""
+        attempt held at ``revision``: the report, its culprits (with their
+        stack signatures) and the notable ranks' lateness."""
         now = utcnow()
         with self.session(write=True) as s:
             attempt_id = s.scalar(
                 select(Attempt.id).join(Job, Job.id == Attempt.job_id)
-                .where(Job.name == report["job"], Attempt.number == report["attempt"])
+                .where(Job.name == diag.job, Attempt.number == diag.attempt)
             )
             if attempt_id is None:
                 return
@@ -365,23 +366,29 @@ class Catalog:
             s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
             s.flush()
             incident = IncidentRow(
-                attempt_id=attempt_id, verdict=report["verdict"], summary=report["summary"],
-                world_size=report["world_size"], n_dumps=len(report["ranks_dumped"]),
-                algorithm_version=report["algorithm_version"], diagnosed_at=now,
-                report=json.dumps(report, default=str), attempt_revision=revision,
+                attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary,
+                world_size=diag.world_size, n_dumps=len(diag.ranks_dumped),
+                algorithm_version=diag.algorithm_version, diagnosed_at=now,
+                report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision,
             )
             s.add(incident)
             s.flush()
-            s.add_all(CulpritRow(incident_id=incident.id, position=i, **c) for i, c in enumerate(culprits))
-            s.add_all(RankStat(incident_id=incident.id, **r) for r in rank_stats)
+            s.add_all(
+                CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
+                           role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
+                           stack_signature=stack_signature(c.stack), top_frame=top_frame(c.stack))
+                for i, c in enumerate(diag.culprits)
+            )
+            s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
 
-    def diagnosis(self, job: str, attempt: int) -> dict | None:
+    def diagnosis(self, job: str, attempt: int) -> Diagnosis | None:
+        """The stored diagnosis of an attempt (None if it has none)."""
         with self.session() as s:
             report = s.scalar(
                 select(IncidentRow.report).join(Attempt, Attempt.id == IncidentRow.attempt_id)
                 .join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
             )
-            return json.loads(report) if report else None
+        return Diagnosis.from_dict(json.loads(report)) if report else None
 
     def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
                       since_ns: int | None = None, until_ns: int | None = None, offset: int = 0,

@@ -7,13 +7,17 @@ import json
 import sys
 from contextlib import contextmanager
 from enum import Enum
-from typing import Annotated, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from frlake.config import Settings
+
+if TYPE_CHECKING:
+    from frlake.session import Frlake
 from frlake.errors import FrlakeError
 from frlake.values import plain
 
@@ -44,6 +48,22 @@ def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settin
     """Command-level options win over the ones given before the command."""
     root = ctx.find_root().obj or {}
     return Settings.resolve(lake or root.get("lake"), db_url or root.get("db_url"))
+
+
+@contextmanager
+def open_session(ctx: typer.Context, lake: str | None, db_url: str | None, *,
+                 must_exist: bool = False) -> Iterator[Frlake]:
+    """The command's one session (closed when the command ends); frlake
+    errors come out as one clear line. Read commands pass ``must_exist`` so
+    that a mistyped --lake is an error, not a new empty lake."""
+    from frlake.session import Frlake
+
+    with user_errors():
+        session = Frlake(settings(ctx, lake, db_url), must_exist=must_exist)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 @contextmanager

@@ -8,12 +8,11 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, settings, user_errors
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
 
 if TYPE_CHECKING:
     from frlake.diagnose import Diagnosis
 
-_STYLE = {"healthy": "green", "straggler": "yellow", "hang": "red", "mismatch": "red", "incomplete": "magenta"}
 
 
 def diagnose_command(
@@ -25,10 +24,8 @@ def diagnose_command(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Say what went wrong in an attempt and who caused it, root cause first."""
-    from frlake.diagnose import diagnose
-
-    with user_errors():
-        diag = diagnose(settings(ctx, lake, db_url), job, attempt)
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        diag = session.diagnose(job, attempt)
     if fmt is Format.json:
         emit_json(diag.to_dict())
     elif fmt is Format.csv:
@@ -46,19 +43,9 @@ def rediagnose_command(
 ) -> None:
     """Recompute and store the diagnosis of every attempt in the lake (after
     frlake's algorithm improved)."""
-    from frlake.diagnose import diagnose_many
-
-    with user_errors():
-        cfg = settings(ctx, lake, db_url)
-        keys = None
-        if job is not None:
-            from frlake.catalog.store import Catalog
-
-            catalog = Catalog(cfg.db_url)
-            keys = catalog.attempt_keys(job)
-            catalog.close()
-        results = diagnose_many(cfg, keys)
-    rows = [[d.job, d.attempt, d.verdict, d.root.rank if d.root else None, d.root.host if d.root else None,
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        results = session.rediagnose(job)
+    rows = [[d.job, d.attempt, d.verdict.value, d.root.rank if d.root else None, d.root.host if d.root else None,
              d.root.reason if d.root else None] for d in results]
     emit_rows(["job", "attempt", "verdict", "rank", "host", "reason"], rows, fmt)
 
@@ -66,15 +53,15 @@ def rediagnose_command(
 def _culprit_rows(diag: Diagnosis):
     columns = ["job", "attempt", "verdict", "position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op",
                "lateness_ms"]
-    rows = [[diag.job, diag.attempt, diag.verdict, i, c.rank, c.host, c.reason, c.role, c.pg, c.pg_desc, c.seq, c.op,
+    rows = [[diag.job, diag.attempt, diag.verdict.value, i, c.rank, c.host, c.reason, c.role, c.pg, c.pg_desc, c.seq, c.op,
              c.lateness_ms] for i, c in enumerate(diag.culprits)]
     return columns, rows
 
 
 def render_report(diag: Diagnosis) -> None:
     """The diagnosis as a short incident report a person can act on."""
-    style = _STYLE.get(diag.verdict, "white")
-    console.print(Panel(diag.summary, title=f"[bold {style}]{diag.verdict.upper()}[/]  {diag.job} attempt {diag.attempt}",
+    style = diag.verdict.style
+    console.print(Panel(diag.summary, title=f"[bold {style}]{diag.verdict.value.upper()}[/]  {diag.job} attempt {diag.attempt}",
                         expand=False))
     console.print(f"{len(diag.ranks_dumped)} of {diag.world_size} ranks dumped"
                   + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""))

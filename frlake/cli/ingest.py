@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, console, emit_json, settings, user_errors
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, console, emit_json, open_session
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
 
@@ -55,21 +55,21 @@ def ingest_command(
     ingested); 4 every file was rejected or no path could be read; 1 on
     errors."""
     pool_context()  # its imports overlap ours
-    from frlake.ingest.pipeline import IngestOptions, ingest
+    from frlake.ingest.pipeline import IngestOptions
 
-    with user_errors():
+    with open_session(ctx, lake, db_url) as session:
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)
         options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files, isolate=True)
-        cfg = settings(ctx, lake, db_url)
         if quiet or fmt is not Format.table:
-            summary = ingest(paths, cfg, options)
+            summary = session.ingest(paths, options)
         else:
             with Progress(SpinnerColumn(), TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("files, {task.fields[mb]:.1f} MB read"), TimeElapsedColumn(),
                           console=console, transient=True) as bar:
                 task = bar.add_task("ingest", total=None, mb=0.0)
-                summary = ingest(paths, cfg, options, lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
+                summary = session.ingest(paths, options,
+                                         lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
     if fmt is Format.json:
         emit_json(summary.to_dict())
         raise typer.Exit(exit_status(summary))
@@ -84,4 +84,7 @@ def ingest_command(
         console.print(f"    {f['path']}: {f['detail']}", highlight=False)
     if summary.rejected > 20:
         console.print("    ... see `frlake files --rejected`")
+    for c in summary.conflicts[:20]:
+        console.print(f"  {c['job']} attempt {c['attempt']} rank {c['rank']}: {c['dumps']} different dumps "
+                      "(the newest is read; see the dump_conflicts view)", highlight=False)
     raise typer.Exit(exit_status(summary))

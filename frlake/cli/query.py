@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, settings, user_errors
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, open_session
 
 
 def query_command(
@@ -22,10 +22,10 @@ def query_command(
 ) -> None:
     """Run read-only SQL over the views entries, dumps, stacks, groups,
     pg_status, jobs, attempts, files and ingest_runs (docs/schema.md)."""
-    from frlake.query import QueryLimits, query
+    from frlake.query import QueryLimits
 
-    with user_errors():
-        result = query(sql, settings(ctx, lake, db_url), QueryLimits(timeout, max_rows, max_bytes, max_memory))
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        result = session.query(sql, QueryLimits(timeout, max_rows, max_bytes, max_memory))
     emit_rows(result.columns, result.rows, fmt)
     if result.truncated:
         err_console.print(f"[yellow]only the first {len(result.rows):,} rows are shown (--max-rows, --max-bytes)[/]")
@@ -40,14 +40,8 @@ def files_command(
     db_url: DbUrlOpt = None,
 ) -> None:
     """List the files seen: ingested, already present (duplicate) or rejected and why."""
-    from frlake.catalog.store import Catalog
-
-    with user_errors():
-        catalog = Catalog(settings(ctx, lake, db_url).db_url)
-        try:
-            records = catalog.files(status="rejected" if rejected else None, limit=limit)
-        finally:
-            catalog.close()
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        records = session.catalog.files(status="rejected" if rejected else None, limit=limit)
     columns = ["path", "status", "reason", "detail", "job", "attempt", "host", "rank", "size", "sha256"]
     rows = [[getattr(r, c) for c in columns] for r in records]
     emit_rows(columns, rows, fmt)

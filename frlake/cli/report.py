@@ -8,20 +8,19 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_json, emit_rows, settings, user_errors
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_json, emit_rows, open_session
+from frlake.query.reports import REPORTS
 
 DateOpt = Annotated[datetime | None, typer.Option(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"], show_default=False)]
 
 
-class ReportName(str, Enum):
-    flaky_hosts = "flaky-hosts"
-    slow_ranks = "slow-ranks"
-    hangs = "hangs"
+# Typer needs the choices as an Enum: made from the one registry of reports.
+ReportName = Enum("ReportName", {name: name for name in REPORTS}, type=str)
 
 
 def report_command(
     ctx: typer.Context,
-    name: Annotated[ReportName, typer.Argument(help="flaky-hosts, slow-ranks or hangs.")],
+    name: Annotated[ReportName, typer.Argument(help="; ".join(f"{r.name}: {r.question}" for r in REPORTS.values()))],
     since: DateOpt = None,
     until: DateOpt = None,
     limit: Annotated[int | None, typer.Option(help="At most this many rows.")] = None,
@@ -31,27 +30,19 @@ def report_command(
 ) -> None:
     """Fleet questions over all history, each row with its evidence (jobs and
     attempts). --since/--until are dates (UTC, inclusive) of the attempts' start."""
-    from frlake.query.reports import Window, run
+    from frlake.query.reports import Window
 
-    with user_errors():
-        rows = run(settings(ctx, lake, db_url), name.value, Window(since, until), limit)
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        rows = session.report(name.value, Window(since, until), limit)
     if fmt is Format.json:
         emit_json(rows)
         return
     if not rows:
         emit_rows([], [], fmt)
         return
-    columns = list(rows[0]) if fmt is Format.csv else TABLE_COLUMNS[name.value]
+    columns = list(rows[0]) if fmt is Format.csv else list(REPORTS[name.value].columns)
     table = [[_cell(r[c], fmt) for c in columns] for r in rows]
     emit_rows(columns, table, fmt)
-
-
-# The columns a person reads in a terminal; csv and json carry all, evidence included.
-TABLE_COLUMNS = {
-    "flaky-hosts": ["host", "score", "attempts", "culprit_attempts", "rate", "by_reason"],
-    "slow-ranks": ["job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"],
-    "hangs": ["attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"],
-}
 
 
 def _cell(value, fmt: Format):

@@ -27,14 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from frlake.catalog.store import Catalog, FileRecord, LakeFileSpec
-from frlake.config import Settings
-from frlake.errors import FrlakeError
+from frlake.errors import FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.pool import pool_context
 from frlake.ingest.sources import NOT_STATTED, ArchiveLimits, Source, archive_members, is_archive, walk
 from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, cleanup_staged, enter_worker_process,
-                                  process_chunk, stacks_table)
+                                  process_chunk, stacks_table, worker_ready)
 from frlake.lake import Lake, new_part_name
 
 MAX_REPORTED_REJECTS = 1000
@@ -78,8 +77,9 @@ Progress = Callable[[int, int], None]
 
 
 def ingest(
-    paths: Iterable[str | Path],
-    settings: Settings,
+    catalog: Catalog,
+    lake: Lake,
+    paths: Iterable[str | Path] = (),
     options: IngestOptions = IngestOptions(),
     progress: Progress | None = None,
     *,
@@ -88,43 +88,31 @@ def ingest(
 ) -> IngestSummary:
     """Ingest files, folders and tar archives into the lake. Idempotent.
 
-    ``sources`` adds candidates that carry their bytes (uploads). Parsing runs
-    without the lake's write lock (untrusted input never holds up other
-    writers); each batch takes it only to publish."""
+    ``sources`` adds candidates that carry their bytes or live elsewhere on
+    disk (uploads). Parsing runs without the lake's write lock (untrusted
+    input never holds up other writers); each batch takes it only to publish.
+    This only ingests: the session (:class:`frlake.Frlake`) diagnoses what it
+    committed."""
     roots = [Path(p).expanduser().absolute() for p in paths]
     IdentityResolver(options.identity)  # validate the layout before touching anything
     context = pool_context() if options.workers > 1 or options.isolate else None
-    lake = Lake(settings.lake)
     lake.create()
-    catalog = Catalog(settings.db_url)
     started = time.perf_counter()
     summary = IngestSummary()
-    try:
-        with lake.write_lock(options.lock_timeout_s):
-            recover(lake, catalog)
-        opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
-        summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
-        with lake.run_staging(summary.run_id) as run_lake:
-            run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
-            try:
-                run.execute(roots, sources)
-            except BaseException:
-                catalog.finish_run(summary.run_id, "failed", _counts(summary))
-                raise
-            catalog.finish_run(summary.run_id, "finished", _counts(summary))
-        summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
-                             for j, a, r, n in catalog.rank_conflicts(run.touched)]
-        pending = catalog.pending_diagnoses() if options.diagnose else []
-    finally:
-        catalog.close()
-    if pending:
-        from frlake.diagnose import diagnose_many
-
-        summary.diagnosed = [
-            {"job": d.job, "attempt": d.attempt, "verdict": d.verdict, "summary": d.summary,
-             "culprits": [{k: v for k, v in c.to_dict().items() if k != "stack"} for c in d.culprits[:3]]}
-            for d in diagnose_many(settings, pending)
-        ]
+    with lake.write_lock(options.lock_timeout_s):
+        recover(lake, catalog)
+    opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
+    summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
+    with lake.run_staging(summary.run_id) as run_lake:
+        run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
+        try:
+            run.execute(roots, sources)
+        except BaseException:
+            catalog.finish_run(summary.run_id, "failed", _counts(summary))
+            raise
+        catalog.finish_run(summary.run_id, "finished", _counts(summary))
+    summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
+                         for j, a, r, n in catalog.rank_conflicts(run.touched)]
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
 
@@ -192,6 +180,7 @@ class _Run:
         rejected, and the other batches go on in a new pool."""
         lost = self._run_pool(chunks, workers)
         while lost:
+            self._check_workers_start()
             for src in (src for chunk in lost for src in chunk):
                 if self._run_pool(iter([[src]]), 1):
                     self._reject(src, "worker_killed",
@@ -199,6 +188,25 @@ class _Run:
                                  f"{self.options.limits.cpu_budget(src.size):.0f} s (a hash bomb?), or out of memory")
                     self._release([src])
             lost = self._run_pool(chunks, workers)
+
+    def _check_workers_start(self) -> None:
+        """A worker that dies is a verdict on the file it read only if a
+        worker can start at all. When even an empty task dies, the
+        environment is at fault (most often a script without an ``if
+        __name__ == "__main__":`` guard, which Python's multiprocessing runs
+        again in every worker): stop with what happened, and record nothing
+        against the files."""
+        with ProcessPoolExecutor(max_workers=1, mp_context=self.pool_context,
+                                 initializer=enter_worker_process) as pool:
+            try:
+                pool.submit(worker_ready).result()
+                return
+            except BrokenProcessPool:
+                pass
+        raise WorkersCannotStart(
+            "frlake's ingest workers die as they start, so no file was judged. If frlake runs from a Python "
+            "script, put the code that calls it under `if __name__ == \"__main__\":` (Python re-runs the script "
+            "in each worker process), or use IngestOptions(workers=1); otherwise see the workers' error above.")
 
     def _run_pool(self, chunks: Iterator[list[Source]], workers: int) -> list[list[Source]]:
         """Run batches in a new pool until they run out or a worker dies; then

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
+
+from frlake.diagnose.model import INCIDENT_VERDICTS
 
 Z = 1.96  # 95% Wilson lower bound
+_INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int 
       SELECT c.*, att.started_ns AS att_started,
              c.reason || ':' || coalesce(c.stack_signature, coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?')) AS signature
       FROM culprits c JOIN att USING (job, attempt)
-      WHERE c.position = 0 AND c.verdict IN ('hang', 'mismatch')
+      WHERE c.position = 0 AND c.verdict IN ({_INCIDENTS})
     )
     SELECT signature, any_value(top_frame) AS top_frame, mode(reason) AS reason, mode(op) AS op, mode(pg_desc) AS pg_desc,
            count(*) AS attempts, count(DISTINCT job) AS jobs, list(DISTINCT host ORDER BY host) AS hosts,
@@ -146,22 +151,25 @@ def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int 
 
 REPORT_VIEWS = ("attempts", "culprits", "rank_stats")  # the catalog views the reports read
 
-REPORTS: dict[str, Callable[..., list[dict]]] = {
-    "flaky-hosts": flaky_hosts,
-    "slow-ranks": slow_ranks,
-    "hangs": hangs,
-}
+
+@dataclass(frozen=True)
+class Report:
+    """One fleet report: everything the CLI, the API, the UI and the docs need
+    to know of it. Adding a report is one entry in ``REPORTS``."""
+
+    name: str
+    run: Callable[[duckdb.DuckDBPyConnection, Window, int | None], list[dict]]
+    title: str
+    question: str  # the fleet question it answers, in a user's words
+    columns: tuple[str, ...]  # what a terminal shows; CSV and JSON carry every column, evidence included
+    views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
 
 
-def run(settings, name: str, window: Window = Window(), limit: int | None = None) -> list[dict]:
-    """Run a report by name over the lake of ``settings``."""
-    from frlake.errors import FrlakeError
-    from frlake.query import connect
-
-    if name not in REPORTS:
-        raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
-    con = connect(settings.lake, settings.db_url, catalog_views=REPORT_VIEWS)
-    try:
-        return REPORTS[name](con, window, limit)
-    finally:
-        con.close()
+REPORTS: dict[str, Report] = {r.name: r for r in (
+    Report("flaky-hosts", flaky_hosts, "Flaky hosts", "Which hosts should we drain?",
+           ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason")),
+    Report("slow-ranks", slow_ranks, "Slow ranks", "Is this rank always slow, and on which host?",
+           ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected")),
+    Report("hangs", hangs, "Recurring hangs", "How many hangs were the same stall?",
+           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen")),
+)}

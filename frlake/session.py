@@ -1,0 +1,219 @@
+"""The one object a frlake user holds: ``Frlake``.
+
+It is opened from :class:`~frlake.config.Settings` (or ``Frlake.open(lake=...,
+db_url=...)``), owns one catalog engine, the lake folder and the DuckDB
+connections it hands out, and closes them. Everything a user does goes
+through it: the CLI opens one per command, the server one per process, and
+Python users hold one::
+
+    with frlake.Frlake.open("frlake-lake") as fl:
+        fl.ingest(["/nfs/fr"])
+        print(fl.diagnose("job-7").summary)
+
+Orchestration lives here: ingest only ingests and diagnosis only analyses;
+the session decides what to diagnose after an ingest, what to read for it,
+and where the result is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from frlake.catalog.store import Catalog
+from frlake.config import Settings
+from frlake.diagnose.model import Diagnosis
+from frlake.errors import FrlakeError
+from frlake.lake import Lake
+
+log = logging.getLogger("frlake")
+
+
+class NoLake(FrlakeError):
+    """A read command found no lake where it was told to look."""
+
+
+class Frlake:
+    """A session over one lake and its catalog (see the module docstring)."""
+
+    def __init__(self, settings: Settings, *, must_exist: bool = False):
+        if must_exist and not _lake_exists(settings):
+            raise NoLake(f"there is no frlake lake at {settings.lake}; check --lake (or FRLAKE_LAKE), "
+                         f"or ingest dumps there first")
+        self.settings = settings
+        self.lake = Lake(settings.lake)
+        self._catalog: Catalog | None = None
+        self._connections: list[duckdb.DuckDBPyConnection] = []
+        self.closed = False
+
+    @classmethod
+    def open(cls, lake: str | os.PathLike | None = None, db_url: str | None = None, *,
+             must_exist: bool = False) -> Frlake:
+        """Open the lake folder ``lake`` with the catalog ``db_url`` (defaults:
+        FRLAKE_LAKE / FRLAKE_DB_URL, then ``./frlake-lake`` and SQLite in it).
+        ``must_exist``: refuse, instead of creating, a lake that is not there."""
+        return cls(Settings.resolve(lake, db_url), must_exist=must_exist)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog, opened (and created or checked) on first use."""
+        if self.closed:
+            raise FrlakeError("this frlake session is closed")
+        if self._catalog is None:
+            self._catalog = Catalog(self.settings.db_url)
+        return self._catalog
+
+    def close(self) -> None:
+        for con in self._connections:
+            con.close()
+        self._connections.clear()
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+        self.closed = True
+
+    def __enter__(self) -> Frlake:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- SQL ------------------------------------------------------------------
+    def connect(self, *, catalog_views: Iterable[str] | None = None,
+                partition: tuple[str, int] | None = None) -> duckdb.DuckDBPyConnection:
+        """A trusted DuckDB connection with the views of docs/schema.md (closed
+        with the session, or earlier by the caller)."""
+        from frlake.query.connect import connect
+
+        con = connect(self.catalog, self.lake, catalog_views=catalog_views, partition=partition)
+        self._connections.append(con)
+        return con
+
+    @contextmanager
+    def _connection(self, **kwargs) -> Iterator[duckdb.DuckDBPyConnection]:
+        from frlake.query.connect import connect
+
+        con = connect(self.catalog, self.lake, **kwargs)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def sandbox(self, limits=None):
+        """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it)."""
+        from frlake.query.connect import open_sandbox
+        from frlake.query.sandbox import QueryLimits
+
+        return open_sandbox(self.catalog, self.lake, limits or QueryLimits())
+
+    def query(self, sql: str, limits=None):
+        """Run one untrusted, read-only statement with limits (time, memory,
+        rows, bytes); a :class:`~frlake.query.QueryResult`."""
+        with self.sandbox(limits) as sandbox:
+            return sandbox.run(sql)
+
+    # -- ingest -----------------------------------------------------------------
+    def ingest(self, paths: Iterable[str | Path] = (), options=None, progress=None, *,
+               sources: Iterable = (), keep_file_list: bool = False):
+        """Ingest files, folders and archives (and ``sources`` that carry their
+        bytes or live elsewhere, such as uploads), then diagnose every attempt
+        whose diagnosis is pending: the ones this run touched, and any that an
+        interrupted run committed but never diagnosed."""
+        from frlake.ingest.pipeline import IngestOptions, ingest
+
+        options = options or IngestOptions()
+        summary = ingest(self.catalog, self.lake, paths, options, progress, keep_file_list=keep_file_list,
+                         sources=sources)
+        log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,
+                 summary.ingested, summary.already_present, summary.unchanged, summary.rejected)
+        if options.diagnose:
+            summary.diagnosed = [_brief(d) for d in self.diagnose_pending()]
+        return summary
+
+    # -- diagnose ---------------------------------------------------------------
+    def diagnose(self, job: str, attempt: int | None = None, *, store: bool = True) -> Diagnosis:
+        """Diagnose one attempt of a job (default: its latest) and, with
+        ``store``, keep the result in the catalog. ``store=False`` computes
+        without writing anything (what a web page uses)."""
+        attempt = self._attempt_number(job, attempt)
+        revision = self.catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they
+        diag = self._analyse(job, attempt)
+        if store:
+            self.catalog.save_diagnosis(diag, revision)
+        return diag
+
+    def rediagnose(self, job: str | None = None) -> list[Diagnosis]:
+        """Recompute and store the diagnosis of every attempt (of ``job``)."""
+        keys = self.catalog.attempt_keys(job)
+        if job is not None and not keys:
+            raise FrlakeError(f"the lake has no dumps of job {job!r}")
+        return self._diagnose_all(keys)
+
+    def diagnose_pending(self) -> list[Diagnosis]:
+        """Diagnose the attempts whose stored diagnosis is missing or older
+        than their dumps."""
+        return self._diagnose_all(self.catalog.pending_diagnoses())
+
+    def stored_diagnosis(self, job: str, attempt: int) -> Diagnosis:
+        """The stored diagnosis, or one computed now and not stored (a read
+        never writes)."""
+        self._attempt_number(job, attempt)
+        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt)
+
+    def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
+        out = []
+        for job, attempt in keys:
+            revision = self.catalog.attempt_revision(job, attempt) or 0
+            diag = self._analyse(job, attempt)
+            self.catalog.save_diagnosis(diag, revision)
+            log.info("%s", diag.summary)
+            out.append(diag)
+        return out
+
+    def _analyse(self, job: str, attempt: int) -> Diagnosis:
+        """Each attempt is read through views over its own files only, so a
+        diagnosis costs the same however long the history is."""
+        from frlake.diagnose.analyze import diagnose_attempt
+
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return diagnose_attempt(con, job, attempt)
+
+    def _attempt_number(self, job: str, attempt: int | None) -> int:
+        if attempt is None:
+            numbers = [a for _, a in self.catalog.attempt_keys(job)]
+            if not numbers:
+                raise FrlakeError(f"the lake has no dumps of job {job!r}")
+            return max(numbers)
+        if not self.catalog.has_attempt(job, attempt):
+            raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
+        return attempt
+
+    # -- reports ----------------------------------------------------------------
+    def report(self, name: str, window=None, limit: int | None = None) -> list[dict]:
+        """A fleet report by name (``frlake.query.reports.REPORTS``), each row
+        with its evidence."""
+        from frlake.query.reports import REPORTS, Window
+
+        if name not in REPORTS:
+            raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
+        spec = REPORTS[name]
+        with self._connection(catalog_views=spec.views) as con:
+            return spec.run(con, window or Window(), limit)
+
+
+def _lake_exists(settings: Settings) -> bool:
+    if settings.db_url.startswith("sqlite"):
+        return (settings.lake / "catalog.db").is_file() or Path(settings.db_url.split("///", 1)[-1]).is_file()
+    return settings.lake.is_dir()
+
+
+def _brief(d: Diagnosis) -> dict:
+    """A diagnosis as an ingest summary lists it."""
+    return {"job": d.job, "attempt": d.attempt, "verdict": d.verdict.value, "summary": d.summary,
+            "culprits": [{k: v for k, v in c.to_dict().items() if k not in ("stack", "stack_id")}
+                         for c in d.culprits[:3]]}
