@@ -36,14 +36,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, corpus):
-    lake = tmp_path_factory.mktemp("browser") / "lake"
-    settings = Settings.resolve(lake)
-    ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")], settings)
+def _serve(lake: Path, *args: str):
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port), "--token", TOKEN],
+        [sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port), *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent,
     )
     url = f"http://127.0.0.1:{port}"
@@ -56,6 +52,15 @@ def server(tmp_path_factory, corpus):
     else:
         proc.kill()
         pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())
+    return url, proc
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, corpus):
+    lake = tmp_path_factory.mktemp("browser") / "lake"
+    settings = Settings.resolve(lake)
+    ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")], settings)
+    url, proc = _serve(lake, "--token", TOKEN)
     yield url
     proc.terminate()
     proc.wait(10)
@@ -129,3 +134,26 @@ def test_upload_a_dump(server, page, corpus, tmp_path):
     page.screenshot(path=str(SHOTS / "upload.png"), full_page=True)
     page.goto(server + "/?host=gpu-z99")
     assert "uploaded-job" in page.locator("#jobs").inner_text()
+
+
+def test_forms_work_on_a_server_without_a_token(page, corpus, tmp_path):
+    """Without a token the server wants same-origin requests: the pages' own fetches send their Origin."""
+    url, proc = _serve(tmp_path / "lake")
+    try:
+        dump = tmp_path / "rank_1"
+        shutil.copy(corpus / "job-e211c0/attempt-1/gpu-a01/rank_1", dump)
+        page.goto(url + "/upload")
+        page.set_input_files("#files", str(dump))
+        for name, value in (("job", "no-token-job"), ("attempt", "0"), ("host", "gpu-y01"), ("rank", "1")):
+            page.fill(f"input[name={name}]", value)
+        page.click("#send")
+        page.wait_for_selector("#upload-result[data-done]")
+        assert "ingested 1" in page.locator("#upload-result").inner_text()
+        page.goto(url + "/sql")
+        page.fill("#sql", "SELECT count(*) AS dumps FROM dumps")
+        page.click("#run")
+        page.wait_for_selector("#sql-result tbody tr")
+        assert page.locator("#sql-result tbody td").first.inner_text() == "1"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -15,20 +15,34 @@ def serve_command(
     port: Annotated[int, typer.Option(help="Port.")] = 8750,
     token: Annotated[str | None, typer.Option(envvar="FRLAKE_TOKEN", help="Token for uploads and SQL "
                                                                           "(required off loopback).")] = None,
+    public_host: Annotated[list[str] | None, typer.Option(
+        help="A host name clients use to reach the server (repeatable); requests naming any other host than "
+             "these, loopback and --host are refused (421).")] = None,
     threads: Annotated[int, typer.Option(help="Request threads.", min=1)] = 8,
     max_upload_mb: Annotated[int, typer.Option(help="Largest upload, in MB (413 beyond).", min=1)] = 1024,
+    upload_budget_mb: Annotated[int, typer.Option(
+        help="Unpacked bytes all uploads may hold on disk at once, in MB (503 beyond).", min=1)] = 16384,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
     """Serve the web UI and the JSON API (production WSGI server, not Flask's)."""
+    from dataclasses import replace
+
     import waitress
 
+    from frlake.ingest.upload import UploadLimits
     from frlake.server import create_app
-    from frlake.server.config import ServerConfig, check_binding
+    from frlake.server.config import ServerConfig, allowed_hosts, check_binding
 
     with user_errors():
         check_binding(host, token)
-        app = create_app(ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20))
-    console.print(f"frlake serving {app.config['FRLAKE'].settings.lake} on http://{host}:{port}/")
+        names = allowed_hosts(host, public_host or ())
+        config = ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20,
+                              upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
+                              allowed_hosts=names, port=port)
+        app = create_app(config)
+    if names is None:
+        console.print(f"frlake answers to any host name on {host}; give --public-host NAME to name the ones it serves")
+    console.print(f"frlake serving {config.settings.lake} on http://{host}:{port}/")
     waitress.serve(app, host=host, port=port, threads=threads, max_request_body_size=(max_upload_mb << 20) + (1 << 20),
                    ident="frlake")

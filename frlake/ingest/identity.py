@@ -27,6 +27,15 @@ _GROUP = {
 }
 _TRAILING_DIGITS = re.compile(r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$")
 _MAX_NAME = 512
+# Bounds on a layout, so that matching a path costs a bounded amount per path
+# component (a regular expression with many lazy placeholders side by side
+# backtracks for minutes on a crafted path, and a layout comes from uploads too).
+MAX_LAYOUT_CHARS = 256
+MAX_LAYOUT_COMPONENTS = 16
+MAX_PLACEHOLDERS_PER_COMPONENT = 3
+MAX_WILDCARDS = 4
+_MAX_COMPONENT = 255  # a longer path component never matches (no file system allows one)
+_MAX_SUFFIXES = 4  # ".json", ".pkl", ".tar" ... tolerated after the last component
 
 
 @dataclass(frozen=True)
@@ -41,40 +50,102 @@ class Layout:
     """A path template such as ``{job}/attempt-{attempt}/{host}/rank_{rank}``.
 
     It is matched against the last components of a file's path, so it works
-    whatever folder the ingest started from; a suffix such as ``.json`` or
-    ``.pkl`` after the last component is tolerated.
+    whatever folder the ingest started from; up to four suffixes such as
+    ``.json`` or ``.pkl`` after the last component are tolerated.
+
+    A template has at most 256 characters and 16 components, at most three
+    placeholders per component, at most four ``{*}``, and a literal between any
+    two placeholders (``{host}{rank}`` could split ``node12`` two ways). Each
+    component is matched on its own, so a match costs a bounded time per
+    component whatever the path.
     """
 
     def __init__(self, template: str):
         self.template = template.strip().strip("/")
         if not self.template:
             raise FrlakeError("the layout template is empty")
+        if len(self.template) > MAX_LAYOUT_CHARS:
+            raise FrlakeError(f"the layout is {len(self.template):,} characters long; at most {MAX_LAYOUT_CHARS} are allowed")
+        components = self.template.split("/")
+        if len(components) > MAX_LAYOUT_COMPONENTS:
+            raise FrlakeError(f"the layout has {len(components)} path components; at most {MAX_LAYOUT_COMPONENTS} are allowed")
         seen: set[str] = set()
-        parts = []
-        for component in self.template.split("/"):
-            pattern, pos = [], 0
+        wildcards = 0
+        self._parts: list[re.Pattern] = []
+        for component in components:
+            pattern, pos, count = [], 0, 0
             for m in _PLACEHOLDER.finditer(component):
-                pattern.append(re.escape(component[pos : m.start()]))
+                literal = component[pos : m.start()]
                 name = m.group(1)
+                if count and not literal:
+                    raise FrlakeError(
+                        f"the layout {_short(template)} puts two placeholders side by side in {component[:80]!r}; "
+                        "put a literal such as '-' or '_' between them so that a path splits one way only"
+                    )
                 if name != "*" and name in seen:
-                    raise FrlakeError(f"the layout names {{{name}}} twice: {template!r}")
+                    raise FrlakeError(f"the layout names {{{name}}} twice: {_short(template)}")
                 seen.add(name)
+                wildcards += name == "*"
+                count += 1
+                pattern.append(re.escape(literal))
                 pattern.append(_GROUP[name])
                 pos = m.end()
             rest = component[pos:]
             if "{" in rest or "}" in rest:
                 raise FrlakeError(
-                    f"unknown placeholder in layout {template!r}; use {{job}}, {{attempt}}, {{host}}, {{rank}} or {{*}}"
+                    f"unknown placeholder in layout {_short(template)}; use {{job}}, {{attempt}}, {{host}}, {{rank}} or {{*}}"
+                )
+            if count > MAX_PLACEHOLDERS_PER_COMPONENT:
+                raise FrlakeError(
+                    f"the layout has {count} placeholders in {component[:80]!r}; "
+                    f"at most {MAX_PLACEHOLDERS_PER_COMPONENT} per path component are allowed"
                 )
             pattern.append(re.escape(rest))
-            parts.append("".join(pattern))
+            self._parts.append(re.compile("".join(pattern)))
+        if wildcards > MAX_WILDCARDS:
+            raise FrlakeError(f"the layout has {wildcards} {{*}}; at most {MAX_WILDCARDS} are allowed")
         self.fields = seen - {"*"}
-        self._regex = re.compile(r"(?:^|/)" + "/".join(parts) + r"(?:\.[^/.]+)*$")
 
     def match(self, path: str) -> dict[str, str]:
         # an archive member "x.tar.gz::job/attempt-0/..." is matched as the folder "x.tar.gz/job/..."
-        m = self._regex.search(path.replace("\\", "/").replace("::", "/"))
-        return {} if m is None else {k: v for k, v in m.groupdict().items() if v is not None}
+        components = path.replace("\\", "/").replace("::", "/").split("/")
+        n = len(self._parts)
+        if len(components) < n:
+            return {}
+        tail = components[-n:]
+        if any(len(c) > _MAX_COMPONENT for c in tail):
+            return {}
+        found: dict[str, str] = {}
+        for part, component in zip(self._parts[:-1], tail[:-1]):
+            m = part.fullmatch(component)
+            if m is None:
+                return {}
+            found.update(m.groupdict())
+        for candidate in _without_suffixes(tail[-1]):
+            m = self._parts[-1].fullmatch(candidate)
+            if m is not None:
+                found.update(m.groupdict())
+                return {k: v for k, v in found.items() if v is not None}
+        return {}
+
+
+def _without_suffixes(name: str) -> list[str]:
+    """``rank_3.json.gz`` -> ``rank_3``, ``rank_3.json``, ``rank_3.json.gz``:
+    the name with its suffixes (``.`` and at least one other character) cut,
+    most cut first, as the lazy placeholders of a template would have it."""
+    candidates = [name]
+    end = len(name)
+    for _ in range(_MAX_SUFFIXES):
+        dot = name.rfind(".", 0, end)
+        if dot < 0 or dot == end - 1:
+            break
+        candidates.append(name[:dot])
+        end = dot
+    return candidates[::-1]
+
+
+def _short(template: str) -> str:
+    return repr(template if len(template) <= 80 else template[:77] + "...")
 
 
 def load_hosts(path: str | Path) -> dict[int, str]:
@@ -123,7 +194,8 @@ class IdentityResolver:
                     found[what] = value
                     break
         if "rank" not in found:
-            m = _TRAILING_DIGITS.search(path.replace("\\", "/").rsplit("/", 1)[-1])
+            base = path.replace("\\", "/").rsplit("/", 1)[-1]
+            m = _TRAILING_DIGITS.search(base) if len(base) <= _MAX_COMPONENT else None
             if m:
                 found["rank"] = m.group(1)
         rank = _as_int(found.get("rank"), "rank")

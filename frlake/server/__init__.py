@@ -6,7 +6,10 @@ import threading
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
-from flask import Flask, current_app
+import tempfile
+from pathlib import Path
+
+from flask import Flask, Request, current_app
 from flask.json.provider import DefaultJSONProvider
 
 from frlake.catalog.store import Catalog
@@ -33,15 +36,30 @@ def _with_page(args, page: int) -> str:
     return urlencode(query)
 
 
+class _Request(Request):
+    def _get_file_stream(self, total_content_length, content_type, filename=None, content_length=None):
+        """Uploaded parts go to anonymous files on the lake's filesystem
+        (werkzeug would keep small ones in memory and put the rest in /tmp)."""
+        return tempfile.TemporaryFile("wb+", dir=current_app.extensions["frlake_upload_dir"])
+
+
 def create_app(config: ServerConfig) -> Flask:
-    from frlake.server import api, errors, ui
+    from frlake.ingest.upload import UPLOADS_DIR, DiskBudget, remove_stale_uploads
+    from frlake.server import api, errors, security, ui
 
     app = Flask(__name__)
+    app.request_class = _Request
     app.json = _JSON(app)
     app.config["FRLAKE"] = config
     app.config["MAX_CONTENT_LENGTH"] = config.max_upload_bytes
     # The catalog is created (or checked) once, at start-up.
     app.extensions["frlake_catalog"] = Catalog(config.settings.db_url)
+    uploads = Path(config.settings.lake) / UPLOADS_DIR
+    uploads.mkdir(parents=True, exist_ok=True)
+    remove_stale_uploads(config.settings)
+    app.extensions["frlake_upload_dir"] = str(uploads)
+    app.extensions["frlake_upload_budget"] = DiskBudget(config.upload_limits.budget_bytes)
+    security.register(app)
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(ui.bp)
     errors.register(app)
@@ -57,6 +75,10 @@ def config() -> ServerConfig:
 
 def catalog() -> Catalog:
     return current_app.extensions["frlake_catalog"]
+
+
+def upload_budget():
+    return current_app.extensions["frlake_upload_budget"]
 
 
 _local = threading.local()

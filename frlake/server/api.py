@@ -9,10 +9,10 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from frlake.diagnose import diagnose
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.ingest.upload import UploadRefused, ingest_upload
+from frlake.ingest.upload import Upload, UploadOverBudget, UploadRefused
 from frlake.query.attempt import arrivals, perfetto_trace, progress
 from frlake.query.reports import REPORTS, Window
-from frlake.server import catalog, config, lake, sandbox
+from frlake.server import catalog, config, lake, sandbox, upload_budget
 from frlake.server.errors import ApiError
 
 bp = Blueprint("api", __name__)
@@ -214,9 +214,6 @@ def query():
 @bp.post("/dumps")
 def upload():
     require_token()
-    files = request.files.getlist("file")
-    if not files:
-        raise ApiError(400, "bad_request", "send one or more 'file' parts (multipart/form-data)")
     form = request.form
 
     def number(name: str) -> int | None:
@@ -229,11 +226,23 @@ def upload():
 
     identity = IdentityOptions(job=form.get("job") or None, attempt=number("attempt"), host=form.get("host") or None,
                                rank=number("rank"), layout=form.get("layout") or None)
+    files = request.files.getlist("file")
+    if not files:
+        raise ApiError(400, "bad_request", "send one or more 'file' parts (multipart/form-data)")
+    options = IngestOptions(identity=identity, workers=1, isolate=True)
     try:
-        summary = ingest_upload(config().settings, [(f.filename or "upload", f.read()) for f in files],
-                                IngestOptions(identity=identity, workers=1, isolate=True), config().upload_limits)
+        # a bad layout is refused here (400), before a byte is saved
+        with Upload(config().settings, options, config().upload_limits, upload_budget()) as up:
+            for f in files:
+                up.add(f.filename or "upload", f.stream)
+            summary = up.ingest()
     except UploadRefused as exc:
         raise ApiError(400, "upload_refused", str(exc)) from None
+    except UploadOverBudget as exc:
+        raise ApiError(503, "upload_budget_exceeded", str(exc)) from None
+    finally:
+        for f in files:
+            f.close()
     return jsonify({
         "ingested": summary.ingested, "already_present": summary.already_present, "rejected": summary.rejected,
         "files": summary.ingested_files, "rejected_files": summary.rejected_files, "diagnosed": summary.diagnosed,

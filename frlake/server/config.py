@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest.upload import UploadLimits
 from frlake.query import QueryLimits
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,25 @@ class ServerConfig:
     query_limits: QueryLimits = field(default_factory=lambda: QueryLimits(timeout_s=30.0, max_rows=5_000))
     page_size: int = 50
     upload_limits: UploadLimits = UploadLimits()
+    # Host names a request may name in its Host header (None: any, for a
+    # server bound to every address without --public-host), and the port.
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_NAMES
+    port: int | None = None
+
+
+WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
+
+
+def allowed_hosts(bind: str, public_hosts: Sequence[str] = ()) -> tuple[str, ...] | None:
+    """The Host names a server bound to ``bind`` answers to: loopback names,
+    the bound address, and ``public_hosts``. A server bound to every address
+    (0.0.0.0, ::) without public host names answers to any name: it has a token
+    (see check_binding), and whoever can reach it can send any name anyway."""
+    names = [n.strip().lower().rstrip(".") for n in public_hosts if n.strip()]
+    if bind in WILDCARD_ADDRESSES:
+        return tuple(dict.fromkeys(LOOPBACK_NAMES + tuple(names))) if names else None
+    address = f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
+    return tuple(dict.fromkeys(LOOPBACK_NAMES + (address.lower(),) + tuple(names)))
 
 
 def is_loopback(host: str) -> bool:
