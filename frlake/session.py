@@ -135,6 +135,21 @@ class Frlake:
             summary.diagnosed = [_brief(d) for d in self.diagnose_pending()]
         return summary
 
+    def ingest_upload(self, files: Iterable[tuple[str, object]], options=None, limits=None, budget=None):
+        """Save uploaded files (name, bytes or binary stream) in a private
+        folder of the lake, check them whole (:class:`~frlake.ingest.upload.Upload`),
+        ingest them, and remove the folder whatever happens."""
+        import io
+
+        from frlake.ingest.pipeline import IngestOptions
+        from frlake.ingest.upload import Upload, UploadLimits
+
+        options = options or IngestOptions(workers=1, isolate=True)
+        with Upload(self.lake.root, options.identity, limits or UploadLimits(), budget) as upload:
+            for name, data in files:
+                upload.add(name, io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data)
+            return self.ingest(options=options, sources=upload.ready_sources(), keep_file_list=True)
+
     # -- diagnose ---------------------------------------------------------------
     def diagnose(self, job: str, attempt: int | None = None, *, store: bool = True) -> Diagnosis:
         """Diagnose one attempt of a job (default: its latest) and, with

@@ -66,3 +66,12 @@ def test_db_commands(tmp_path):
     assert down.exit_code == 0 and "base" in down.stdout
     stale = runner.invoke(app, ["--db-url", url, "files"])
     assert stale.exit_code == 1 and "db upgrade" in stale.output
+
+
+def test_read_commands_never_create_a_lake(tmp_path):
+    typo = tmp_path / "typo"
+    for args in (["query", "SELECT 1"], ["files"], ["diagnose", "job-1"], ["report", "hangs"], ["rediagnose"]):
+        result = runner.invoke(app, ["--lake", str(typo), *args])
+        assert result.exit_code == 1, args
+        assert "there is no frlake lake at" in result.output, args
+    assert not typo.exists()

@@ -22,7 +22,7 @@ from frlake.config import Settings
 from frlake.errors import MAX_MESSAGE, REJECT_REASONS
 from frlake.ingest import IdentityOptions, IngestOptions, Limits
 from tests.helpers import ingest
-from frlake.ingest.upload import ingest_upload
+from frlake.session import Frlake
 from tests.helpers import ROOT
 
 GOOD = [f"job-223715/attempt-0/gpu-b03/rank_{r}" for r in (0, 1)] + ["job-f70c5d/attempt-2/gpu-b04/rank_2.json"]
@@ -182,7 +182,7 @@ def test_an_upload_with_a_hostile_value_keeps_the_good_files(tmp_path, corpus):
              ("rank_1", (corpus / GOOD[1]).read_bytes())]
     options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,
                             diagnose=False)
-    summary = ingest_upload(Settings.resolve(tmp_path / "lake"), files, options)
+    summary = Frlake(Settings.resolve(tmp_path / "lake")).ingest_upload(files, options)
     assert summary.ingested == 1
     assert summary.rejected_by_reason == {"bad_value": 1, "bad_text": 1}
 

@@ -50,7 +50,7 @@ def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     assert sorted((d["job"], d["attempt"]) for d in again.diagnosed) == [
         ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
     assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0)["verdict"] == "hang"
+    assert catalog.diagnosis("job-223715", 0).verdict == "hang"
     catalog.close()
 
 
@@ -63,13 +63,13 @@ def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path)
     ingest([tree], lake)
     catalog = Catalog(lake.db_url)
     assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0)["ranks_missing_dump"] == [3]
+    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == [3]
     shutil.move(held, late)
     ingest([tree], lake, IngestOptions(diagnose=False))
     assert catalog.pending_diagnoses() == [("job-223715", 0)]
     ingest([tree], lake)
     assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0)["ranks_missing_dump"] == []
+    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == []
     catalog.close()
 
 

@@ -20,7 +20,7 @@ from frlake.ingest import IdentityOptions, IngestOptions
 from tests.helpers import ingest
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
-from frlake.ingest.upload import ingest_upload
+from frlake.session import Frlake
 from tests.helpers import FIXTURES
 
 BAD = FIXTURES / "bad"
@@ -189,6 +189,6 @@ def test_an_uploaded_hash_bomb_is_stopped_too(tmp_path, corpus):
     good = (corpus / "job-223715/attempt-0/gpu-b03/rank_1").read_bytes()
     options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,
                             limits=Limits(cpu_seconds=1))
-    summary = ingest_upload(Settings.resolve(tmp_path / "lake"), [("rank_3", _hash_bomb()), ("rank_1", good)],
+    summary = Frlake(Settings.resolve(tmp_path / "lake")).ingest_upload([("rank_3", _hash_bomb()), ("rank_1", good)],
                             options)
     assert (summary.ingested, summary.rejected_by_reason) == (1, {"worker_killed": 1})

@@ -202,6 +202,20 @@ class Catalog:
         with self.session() as s:
             return list(s.scalars(q.order_by(LakeFile.id)))
 
+    def table_files(self, partition: tuple[str, int] | None = None) -> dict[str, list[str]]:
+        """The committed Parquet files of every table, in one query: of one
+        (job, attempt) ``partition`` for the partitioned tables when given,
+        and every file of the unpartitioned ``stacks``."""
+        q = select(LakeFile.table_name, LakeFile.path).where(LakeFile.status == "committed")
+        if partition is not None:
+            q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
+                        | LakeFile.job.is_(None))
+        out: dict[str, list[str]] = {}
+        with self.session() as s:
+            for table, path in s.execute(q.order_by(LakeFile.id)):
+                out.setdefault(table, []).append(path)
+        return out
+
     def new_stack_ids(self, ids: Iterable[int]) -> set[int]:
         """The ids among ``ids`` that the lake's stacks table does not hold yet."""
         new = set(ids)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, open_session
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, open_session, user_errors
 
 
 def query_command(
@@ -22,8 +22,10 @@ def query_command(
 ) -> None:
     """Run read-only SQL over the views entries, dumps, stacks, groups,
     pg_status, jobs, attempts, files and ingest_runs (docs/schema.md)."""
-    from frlake.query import QueryLimits
+    from frlake.query.sandbox import QueryLimits, check_statement
 
+    with user_errors():
+        check_statement(sql)  # a refused statement is refused before anything is opened
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         result = session.query(sql, QueryLimits(timeout, max_rows, max_bytes, max_memory))
     emit_rows(result.columns, result.rows, fmt)

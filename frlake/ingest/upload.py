@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from frlake.config import Settings
 from frlake.errors import FrlakeError
-from frlake.ingest.identity import IdentityResolver
-from frlake.ingest.pipeline import IngestOptions, IngestSummary, ingest
+from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.sources import ARCHIVE_SEP, Source
 
 UPLOADS_DIR = ".uploads"  # under the lake root: the same filesystem, and never cleared by an ingest
@@ -119,13 +117,13 @@ class Upload:
     members), so a layout template matches archive member paths as it would on disk.
     """
 
-    def __init__(self, settings: Settings, options: IngestOptions = IngestOptions(),
+    def __init__(self, lake_root: Path, identity: IdentityOptions = IdentityOptions(),
                  limits: UploadLimits = UploadLimits(), budget: DiskBudget | None = None):
-        IdentityResolver(options.identity)  # a bad layout is refused before a byte is saved
-        self.settings, self.options, self.limits = settings, options, limits
+        IdentityResolver(identity)  # a bad layout is refused before a byte is saved
+        self.limits = limits
         self.budget = budget if budget is not None else DiskBudget(limits.budget_bytes)
         self.id = uuid.uuid4().hex[:12]
-        self.folder = Path(settings.lake) / UPLOADS_DIR / self.id
+        self.folder = Path(lake_root) / UPLOADS_DIR / self.id
         self.folder.mkdir(parents=True)
         self.sources: list[Source] = []
         self.unpacked = 0  # bytes saved, counted against max_unpacked_bytes
@@ -215,11 +213,11 @@ class Upload:
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise UploadRefused(f"{name}: not a readable tar archive ({exc})") from None
 
-    # -- ingesting --------------------------------------------------------
-    def ingest(self) -> IngestSummary:
+    def ready_sources(self) -> list[Source]:
+        """What the upload holds, to ingest (the session does that)."""
         if not self.sources:
             raise UploadRefused("the upload holds no files")
-        return ingest([], self.settings, self.options, sources=self.sources, keep_file_list=True)
+        return self.sources
 
 
 class _Prefixed(io.RawIOBase):
@@ -241,23 +239,9 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-def ingest_upload(
-    settings: Settings,
-    files: list[tuple[str, bytes | BinaryIO]],
-    options: IngestOptions = IngestOptions(),
-    limits: UploadLimits = UploadLimits(),
-    budget: DiskBudget | None = None,
-) -> IngestSummary:
-    """Check, save and ingest uploaded files (bytes or binary streams)."""
-    with Upload(settings, options, limits, budget) as upload:
-        for name, data in files:
-            upload.add(name, io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data)
-        return upload.ingest()
-
-
-def remove_stale_uploads(settings: Settings, older_than_s: float = 24 * 3600) -> int:
+def remove_stale_uploads(lake_root: Path, older_than_s: float = 24 * 3600) -> int:
     """Remove upload folders a killed server left behind (older than a day by default)."""
-    root = Path(settings.lake) / UPLOADS_DIR
+    root = Path(lake_root) / UPLOADS_DIR
     removed = 0
     cutoff = time.time() - older_than_s
     try:

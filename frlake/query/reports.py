@@ -162,14 +162,17 @@ class Report:
     title: str
     question: str  # the fleet question it answers, in a user's words
     columns: tuple[str, ...]  # what a terminal shows; CSV and JSON carry every column, evidence included
+    page: str  # the web page's template
+    nav: str  # its name in the web UI's navigation
     views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
 
 
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", flaky_hosts, "Flaky hosts", "Which hosts should we drain?",
-           ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason")),
+           ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts"),
     Report("slow-ranks", slow_ranks, "Slow ranks", "Is this rank always slow, and on which host?",
-           ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected")),
+           ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
+           "slow_ranks.html", "Slow ranks"),
     Report("hangs", hangs, "Recurring hangs", "How many hangs were the same stall?",
-           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen")),
+           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"), "hangs.html", "Hangs"),
 )}

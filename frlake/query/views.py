@@ -68,10 +68,11 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         sources[name] = obj
         return name
 
+    committed = catalog.table_files(partition)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
-        files = [str(lake.root / p) for p in catalog.lake_files(name, partition if partitioned else None)]
+        files = [str(lake.root / p) for p in committed.get(name, ())]
         if files and sealed:
             # The same columns in the same order as read_parquet's view, which puts hive columns in name order.
             hive_fields = sorted(schema.PARTITION_FIELDS, key=lambda f: f.name) if partitioned else []

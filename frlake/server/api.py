@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import hmac
-from datetime import date
 
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
-from frlake.diagnose import diagnose
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.ingest.upload import Upload, UploadOverBudget, UploadRefused
+from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import arrivals, perfetto_trace, progress
-from frlake.query.reports import REPORTS, Window
-from frlake.server import catalog, config, lake, sandbox, upload_budget
+from frlake.query.reports import REPORTS
+from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
+from frlake.server.params import diagnosis, int_arg, known_attempt, list_attempts_args, window
 
 bp = Blueprint("api", __name__)
 
@@ -36,44 +35,12 @@ def require_token() -> None:
         raise ApiError(401, "unauthorized", "this needs 'Authorization: Bearer <token>' with the server's token")
 
 
-def _date(name: str) -> date | None:
-    text = request.args.get(name)
-    if not text:
-        return None
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise ApiError(400, "bad_request", f"'{name}' must be a date like 2026-11-29, not {text!r}") from None
-
-
-def _int(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
-    text = request.args.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApiError(400, "bad_request", f"'{name}' must be a whole number") from None
-    if not lo <= value <= hi:
-        raise ApiError(400, "bad_request", f"'{name}' must be between {lo} and {hi}")
-    return value
-
-
 def attempt_dict(a) -> dict:
     return {
         "job": a.job, "attempt": a.attempt, "verdict": a.verdict, "summary": a.summary, "n_dumps": a.n_dumps,
         "hosts": list(a.hosts), "started_ns": a.started_ns, "last_seen_at": a.last_seen_at,
         "root": None if a.root_rank is None else {"rank": a.root_rank, "host": a.root_host, "reason": a.root_reason},
     }
-
-
-def list_attempts_args() -> dict:
-    window = Window(_date("since"), _date("until")).bounds_ns()
-    per_page = _int("per_page", config().page_size, 1, 500)
-    page = _int("page", 1, 1)
-    return {"host": request.args.get("host") or None, "verdict": request.args.get("verdict") or None,
-            "since_ns": window[0], "until_ns": window[1], "offset": (page - 1) * per_page, "limit": per_page,
-            "page": page, "per_page": per_page}
 
 
 @bp.get("/health")
@@ -94,7 +61,7 @@ def jobs():
                     "attempts": [attempt_dict(a) for a in rows]})
 
 
-@bp.get("/jobs/<job>")
+@bp.get("/jobs/<path:job>")
 def job(job: str):
     total, rows = catalog().list_attempts(job=job, limit=10_000)
     if not total:
@@ -102,51 +69,37 @@ def job(job: str):
     return jsonify({"job": job, "attempts": [attempt_dict(a) for a in rows]})
 
 
-def _diagnosis(job: str, attempt: int) -> dict:
-    report = catalog().diagnosis(job, attempt)
-    if report is None:  # ingested before diagnoses were stored, or never diagnosed
-        report = diagnose(config().settings, job, attempt).to_dict()
-    return report
-
-
-def _known_attempt(job: str, attempt: int) -> None:
-    if not catalog().has_attempt(job, attempt):
-        raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake")
-
-
-@bp.get("/jobs/<job>/attempts/<int:attempt>")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>")
 def attempt_detail(job: str, attempt: int):
-    _known_attempt(job, attempt)
-    d = _diagnosis(job, attempt)
-    return jsonify({"job": job, "attempt": attempt, "verdict": d["verdict"], "summary": d["summary"],
-                    "diagnosis": d, "progress": progress(lake(), job, attempt)})
+    known_attempt(job, attempt)
+    d = diagnosis(job, attempt)
+    return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
+                    "diagnosis": d.to_dict(), "progress": progress(lake(), job, attempt)})
 
 
-@bp.get("/jobs/<job>/attempts/<int:attempt>/progress")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
 def attempt_progress(job: str, attempt: int):
-    _known_attempt(job, attempt)
+    known_attempt(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "groups": progress(lake(), job, attempt)})
 
 
-@bp.get("/jobs/<job>/attempts/<int:attempt>/diagnosis")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")
 def attempt_diagnosis(job: str, attempt: int):
-    _known_attempt(job, attempt)
-    return jsonify(_diagnosis(job, attempt))
+    return jsonify(diagnosis(job, attempt).to_dict())
 
 
-@bp.get("/jobs/<job>/attempts/<int:attempt>/arrivals")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")
 def attempt_arrivals(job: str, attempt: int):
-    _known_attempt(job, attempt)
-    return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, _int("last", 40, 1, 500)))
+    known_attempt(job, attempt)
+    return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, int_arg("last", 40, 1, 500)))
 
 
-@bp.get("/jobs/<job>/attempts/<int:attempt>/trace")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/trace")
 def attempt_trace(job: str, attempt: int):
-    _known_attempt(job, attempt)
-    from frlake.query import connect
+    known_attempt(job, attempt)
+    from frlake.query.connect import connect
 
-    s = config().settings
-    con = connect(s.lake, s.db_url, catalog_views=())
+    con = connect(catalog(), session().lake, catalog_views=())  # the stream outlives the request's g
 
     def body():
         try:
@@ -163,13 +116,13 @@ def attempt_trace(job: str, attempt: int):
 def report(name: str):
     if name not in REPORTS:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
-    rows = REPORTS[name](lake(), Window(_date("since"), _date("until")), _int("limit", 0, 0) or None)
+    rows = REPORTS[name].run(lake(), window(), int_arg("limit", 0, 0) or None)
     return jsonify({"report": name, "rows": rows})
 
 
 @bp.get("/hosts")
 def hosts():
-    return jsonify({"hosts": REPORTS["flaky-hosts"](lake(), Window(_date("since"), _date("until")))})
+    return jsonify({"hosts": REPORTS["flaky-hosts"].run(lake(), window(), None)})
 
 
 @bp.get("/hosts/<host>")
@@ -231,11 +184,9 @@ def upload():
         raise ApiError(400, "bad_request", "send one or more 'file' parts (multipart/form-data)")
     options = IngestOptions(identity=identity, workers=1, isolate=True)
     try:
-        # a bad layout is refused here (400), before a byte is saved
-        with Upload(config().settings, options, config().upload_limits, upload_budget()) as up:
-            for f in files:
-                up.add(f.filename or "upload", f.stream)
-            summary = up.ingest()
+        # a bad layout is refused before a byte is saved (400)
+        summary = session().ingest_upload([(f.filename or "upload", f.stream) for f in files], options,
+                                          config().upload_limits, upload_budget())
     except UploadRefused as exc:
         raise ApiError(400, "upload_refused", str(exc)) from None
     except UploadOverBudget as exc:

@@ -4,57 +4,59 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template, request
 
-from frlake.query.reports import REPORTS, Window
-from frlake.server import api, catalog, config, lake
+from frlake.diagnose.model import VERDICTS
+from frlake.query.reports import REPORTS
+from frlake.server.api import EXAMPLES, host_history
+from frlake.server.context import catalog, config, lake
+from frlake.server.errors import ApiError
+from frlake.server.params import diagnosis, list_attempts_args, window
 
 bp = Blueprint("ui", __name__)
-VERDICTS = ("healthy", "hang", "mismatch", "straggler", "incomplete")
+
+
+@bp.app_context_processor
+def _registries() -> dict:
+    return {"reports": REPORTS, "verdicts": VERDICTS}
 
 
 @bp.get("/")
 def jobs():
-    args = api.list_attempts_args()
+    args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
     total, rows = catalog().list_attempts(**args)
     return render_template("jobs.html", rows=rows, total=total, page=page, per_page=per_page,
-                           pages=max(1, -(-total // per_page)), filters=request.args, verdicts=VERDICTS)
+                           pages=max(1, -(-total // per_page)), filters=request.args)
 
 
-@bp.get("/jobs/<job>/attempts/<int:attempt>")
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>")
 def attempt(job: str, attempt: int):
-    api._known_attempt(job, attempt)
     from frlake.query.attempt import progress
 
-    d = api._diagnosis(job, attempt)
+    d = diagnosis(job, attempt).to_dict()
     return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt))
+
+
+@bp.get("/reports/<name>")
+def report(name: str):
+    spec = REPORTS.get(name)
+    if spec is None:
+        raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
+    return render_template(spec.page, rows=spec.run(lake(), window(), None), filters=request.args, report=spec)
 
 
 @bp.get("/hosts")
 def hosts():
-    rows = REPORTS["flaky-hosts"](lake(), Window(api._date("since"), api._date("until")))
-    return render_template("hosts.html", rows=rows, filters=request.args)
+    return report("flaky-hosts")
 
 
 @bp.get("/hosts/<host>")
 def host(host: str):
-    return render_template("host.html", h=api.host_history(host))
-
-
-@bp.get("/reports/slow-ranks")
-def slow_ranks():
-    rows = REPORTS["slow-ranks"](lake(), Window(api._date("since"), api._date("until")))
-    return render_template("slow_ranks.html", rows=rows, filters=request.args)
-
-
-@bp.get("/reports/hangs")
-def hangs():
-    rows = REPORTS["hangs"](lake(), Window(api._date("since"), api._date("until")))
-    return render_template("hangs.html", rows=rows, filters=request.args)
+    return render_template("host.html", h=host_history(host))
 
 
 @bp.get("/sql")
 def sql():
-    return render_template("sql.html", examples=api.EXAMPLES, needs_token=bool(config().token))
+    return render_template("sql.html", examples=EXAMPLES, needs_token=bool(config().token))
 
 
 @bp.get("/upload")

@@ -1,0 +1,61 @@
+"""Reading a request's parameters, shared by the pages and the API: each
+wrong value is a 400 (or 404) with a message that says what is expected."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from flask import request
+
+from frlake.diagnose.model import Diagnosis
+from frlake.query.reports import Window
+from frlake.server.context import catalog, config, session
+from frlake.server.errors import ApiError
+
+
+def date_arg(name: str) -> date | None:
+    text = request.args.get(name)
+    if not text:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"'{name}' must be a date like 2026-11-29, not {text!r}") from None
+
+
+def int_arg(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
+    text = request.args.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"'{name}' must be a whole number") from None
+    if not lo <= value <= hi:
+        raise ApiError(400, "bad_request", f"'{name}' must be between {lo} and {hi}")
+    return value
+
+
+def window() -> Window:
+    return Window(date_arg("since"), date_arg("until"))
+
+
+def list_attempts_args() -> dict:
+    """The jobs list's filters and page, as ``Catalog.list_attempts`` takes them."""
+    since_ns, until_ns = window().bounds_ns()
+    per_page = int_arg("per_page", config().page_size, 1, 500)
+    page = int_arg("page", 1, 1)
+    return {"host": request.args.get("host") or None, "verdict": request.args.get("verdict") or None,
+            "since_ns": since_ns, "until_ns": until_ns, "offset": (page - 1) * per_page, "limit": per_page,
+            "page": page, "per_page": per_page}
+
+
+def known_attempt(job: str, attempt: int) -> None:
+    if not catalog().has_attempt(job, attempt):
+        raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake")
+
+
+def diagnosis(job: str, attempt: int) -> Diagnosis:
+    """The stored diagnosis, or one computed now and not stored: a GET never writes."""
+    known_attempt(job, attempt)
+    return session().stored_diagnosis(job, attempt)

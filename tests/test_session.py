@@ -1,0 +1,79 @@
+"""The session object: one catalog engine for everything a command does, the
+connections it hands out closed with it, and the README's way of using it."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+import frlake
+from frlake.errors import FrlakeError
+from frlake.session import Frlake, NoLake
+
+
+class _Statements:
+    """Every SQL statement any SQLAlchemy engine runs, and which engine ran it."""
+
+    def __init__(self):
+        self.engines: set[int] = set()
+        self.count = 0
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany):
+        self.engines.add(id(conn.engine))
+        self.count += 1
+
+    def __enter__(self):
+        event.listen(Engine, "before_cursor_execute", self)
+        return self
+
+    def __exit__(self, *exc):
+        event.remove(Engine, "before_cursor_execute", self)
+
+
+def test_rediagnosing_the_corpus_opens_one_catalog_engine(corpus_lake):
+    with _Statements() as seen, Frlake(corpus_lake) as fl:
+        redone = fl.rediagnose()
+    assert len(redone) == 30
+    assert len(seen.engines) == 1, "one catalog engine for the whole command (was 31)"
+    assert seen.count <= 16 * 30, f"{seen.count} catalog statements for 30 attempts (was about 750)"
+
+
+def test_the_session_closes_the_connections_it_handed_out(corpus_lake):
+    fl = Frlake(corpus_lake)
+    con = fl.connect()
+    assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 167
+    fl.close()
+    with pytest.raises(duckdb.ConnectionException):
+        con.execute("SELECT 1")
+    with pytest.raises(FrlakeError, match="closed"):
+        fl.catalog  # noqa: B018
+
+
+def test_open_resolves_like_the_cli_and_refuses_a_missing_lake(tmp_path, corpus_lake):
+    with pytest.raises(NoLake, match="there is no frlake lake"):
+        Frlake.open(tmp_path / "nowhere", must_exist=True)
+    assert not (tmp_path / "nowhere").exists()
+    with Frlake.open(corpus_lake.lake) as fl:
+        assert fl.settings == corpus_lake
+        assert fl.diagnose("job-223715", 0, store=False).root.rank == 1
+
+
+def test_a_read_never_writes(corpus_lake, tmp_path):
+    """stored_diagnosis (what a page shows) computes a missing diagnosis without storing it."""
+    from tests.helpers import CORPUS, ingest
+
+    settings = frlake.Settings.resolve(tmp_path / "lake")
+    ingest([CORPUS / "job-223715"], settings, frlake_options(diagnose=False))
+    with Frlake(settings) as fl:
+        assert fl.catalog.diagnosis("job-223715", 0) is None
+        assert fl.stored_diagnosis("job-223715", 0).verdict == "hang"
+        assert fl.catalog.diagnosis("job-223715", 0) is None
+        assert fl.catalog.pending_diagnoses() == [("job-223715", 0)]
+
+
+def frlake_options(**kwargs):
+    from frlake.ingest import IngestOptions
+
+    return IngestOptions(**kwargs)
