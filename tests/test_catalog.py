@@ -134,3 +134,23 @@ def test_downgrade_and_upgrade_keep_every_row(any_db, corpus):
     engine = db.make_engine(any_db.db_url)
     assert _row_counts(engine)["stack_ids"] == before["stack_ids"]
     engine.dispose()
+
+
+def test_every_catalog_view_column_has_the_type_of_its_model_column(corpus_lake):
+    """The catalog views' Arrow types come from the SQLAlchemy columns: a view
+    column is never a string by accident."""
+    import pyarrow as pa
+
+    from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
+
+    catalog = Catalog(corpus_lake.db_url)
+    expected = {"job": pa.string(), "attempt": pa.int64(), "rank": pa.int32(), "n_attempts": pa.int64(),
+                "started_ns": pa.int64(), "lateness_ms": pa.float64(), "seen_at": pa.timestamp("us", tz="UTC"),
+                "position": pa.int32(), "size": pa.int64()}
+    for name in CATALOG_VIEWS:
+        table = catalog_table(catalog, name)
+        assert table.num_rows > 0, name
+        for field in table.schema:
+            if field.name in expected:
+                assert field.type == expected[field.name], (name, field)
+    catalog.close()

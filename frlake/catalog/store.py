@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-import pyarrow as pa
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import sessionmaker
 
@@ -507,68 +506,10 @@ class Catalog:
         with self.session() as s:
             return [tuple(r) for r in s.execute(q)]
 
-    def table_arrow(self, name: str) -> pa.Table:
-        """A catalog table as Arrow, for the SQL views."""
-        n_attempts = select(func.count(Attempt.id)).where(Attempt.job_id == Job.id).scalar_subquery()
-        n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
-        queries = {
-            "jobs": select(Job.name.label("job"), Job.first_seen_at, Job.last_seen_at, n_attempts.label("n_attempts")),
-            "attempts": select(
-                Job.name.label("job"), Attempt.number.label("attempt"), Attempt.first_seen_at, Attempt.last_seen_at,
-                Attempt.started_ns, Attempt.ended_ns, n_dumps.label("n_dumps"),
-            ).join(Job, Job.id == Attempt.job_id),
-            "files": select(
-                SourceFile.path, SourceFile.size, SourceFile.mtime_ns, SourceFile.sha256, SourceFile.status,
-                SourceFile.reason, SourceFile.detail, SourceFile.job, SourceFile.attempt, SourceFile.host,
-                SourceFile.rank, SourceFile.run_id, SourceFile.seen_at,
-            ).where(SourceFile.is_current.is_(True)),
-            "ingest_runs": select(
-                IngestRun.id.label("run_id"), IngestRun.started_at, IngestRun.finished_at, IngestRun.status,
-                IngestRun.sources, IngestRun.n_ingested, IngestRun.n_duplicate, IngestRun.n_rejected, IngestRun.n_unchanged,
-            ),
-        }
-        queries["incidents"] = select(
-            Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, IncidentRow.summary,
-            IncidentRow.world_size, IncidentRow.n_dumps, Attempt.started_ns, Attempt.ended_ns,
-            IncidentRow.algorithm_version, IncidentRow.diagnosed_at,
-        ).join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
-        queries["culprits"] = select(
-            Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, CulpritRow.position,
-            CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.role, CulpritRow.pg, CulpritRow.pg_desc,
-            CulpritRow.seq, CulpritRow.op, CulpritRow.lateness_ms, CulpritRow.stack_signature, CulpritRow.top_frame,
-            Attempt.started_ns,
-        ).join(IncidentRow, IncidentRow.id == CulpritRow.incident_id).join(
-            Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
-        queries["rank_stats"] = select(
-            Job.name.label("job"), Attempt.number.label("attempt"), RankStat.rank, RankStat.host,
-            RankStat.collectives, RankStat.arrived_last, RankStat.late_p50_ms, RankStat.late_p90_ms,
-            RankStat.late_max_ms, RankStat.root_late_events, RankStat.root_late_ms, Attempt.started_ns,
-        ).join(IncidentRow, IncidentRow.id == RankStat.incident_id).join(
-            Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+    def rows(self, query) -> list[tuple]:
+        """The rows of a read-only SELECT built on the models (the SQL views'
+        sources, frlake/query/catalog_views.py)."""
         with self.session() as s:
-            result = s.execute(queries[name])
-            cols = list(result.keys())
-            rows = result.fetchall()
-        types = [_CATALOG_TYPES.get(c, pa.string()) for c in cols]
-        return pa.table([pa.array([r[i] for r in rows], t) for i, t in enumerate(types)],
-                        schema=pa.schema(list(zip(cols, types))))
+            return [tuple(r) for r in s.execute(query)]
 
-
-CATALOG_VIEWS = ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats")
-
-_CATALOG_TYPES = {
-    "job": pa.string(), "attempt": pa.int64(), "first_seen_at": pa.timestamp("us", tz="UTC"),
-    "last_seen_at": pa.timestamp("us", tz="UTC"), "n_attempts": pa.int64(), "started_ns": pa.int64(),
-    "ended_ns": pa.int64(), "n_dumps": pa.int64(), "path": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64(),
-    "sha256": pa.string(), "status": pa.string(), "reason": pa.string(), "detail": pa.string(), "host": pa.string(),
-    "rank": pa.int32(), "run_id": pa.int64(), "seen_at": pa.timestamp("us", tz="UTC"),
-    "started_at": pa.timestamp("us", tz="UTC"), "finished_at": pa.timestamp("us", tz="UTC"),
-    "sources": pa.string(), "n_ingested": pa.int64(), "n_duplicate": pa.int64(), "n_rejected": pa.int64(),
-    "n_unchanged": pa.int64(), "verdict": pa.string(), "summary": pa.string(), "world_size": pa.int64(),
-    "algorithm_version": pa.int64(), "diagnosed_at": pa.timestamp("us", tz="UTC"), "position": pa.int64(),
-    "role": pa.string(), "pg": pa.string(), "pg_desc": pa.string(), "seq": pa.int64(), "op": pa.string(),
-    "lateness_ms": pa.float64(), "stack_signature": pa.string(), "top_frame": pa.string(),
-    "collectives": pa.int64(), "arrived_last": pa.int64(), "late_p50_ms": pa.float64(), "late_p90_ms": pa.float64(),
-    "late_max_ms": pa.float64(), "root_late_events": pa.int64(), "root_late_ms": pa.float64(),
-}
 

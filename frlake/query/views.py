@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from frlake import schema
-from frlake.catalog.store import CATALOG_VIEWS, Catalog
+from frlake.catalog.store import Catalog
+from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.lake import Lake
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
@@ -93,7 +94,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
     for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        source = register(f"__catalog_{name}", catalog.table_arrow(name))
+        source = register(f"__catalog_{name}", catalog_table(catalog, name))
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
     for name, sql in _DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
