@@ -7,6 +7,9 @@ Every table except ``stacks`` is partitioned Hive-style by ``job`` and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+
 import pyarrow as pa
 
 PARTITION_FIELDS = [pa.field("job", pa.string()), pa.field("attempt", pa.int64())]
@@ -14,42 +17,61 @@ PARTITION_FIELDS = [pa.field("job", pa.string()), pa.field("attempt", pa.int64()
 _SIZES = pa.list_(pa.list_(pa.int64()))
 _DTYPES = pa.list_(pa.string())
 
-ENTRIES = pa.schema(
-    [
-        ("dump_id", pa.int64()),
-        ("rank", pa.int32()),
-        ("host", pa.string()),
-        ("entry_index", pa.int32()),
-        ("record_id", pa.int64()),
-        ("pg_id", pa.int64()),
-        ("pg_name", pa.string()),
-        ("pg_desc", pa.string()),
-        ("collective_seq_id", pa.int64()),
-        ("p2p_seq_id", pa.int64()),
-        ("op_id", pa.int64()),
-        ("profiling_name", pa.string()),
-        ("backend", pa.string()),
-        ("op", pa.string()),
-        ("is_p2p", pa.bool_()),
-        ("p2p_src", pa.int32()),
-        ("p2p_dst", pa.int32()),
-        ("state", pa.string()),
-        ("time_created_ns", pa.int64()),
-        ("time_discovered_started_ns", pa.int64()),
-        ("time_discovered_completed_ns", pa.int64()),
-        ("duration_ms", pa.float64()),
-        ("retired", pa.bool_()),
-        ("timeout_ms", pa.int64()),
-        ("input_sizes", _SIZES),
-        ("input_dtypes", _DTYPES),
-        ("output_sizes", _SIZES),
-        ("output_dtypes", _DTYPES),
-        ("thread_id", pa.string()),
-        ("thread_name", pa.string()),
-        ("stack_id", pa.int64()),
-        ("extra", pa.string()),
-    ]
+@dataclass(frozen=True)
+class EntryField:
+    """One column of ``entries``: its Arrow type and the Flight Recorder keys
+    it is read from, each with the Python types a value may have (None is
+    always allowed). No keys: frlake derives the column (identity, the parts
+    of ``profiling_name``, the stack id)."""
+
+    name: str
+    type: pa.DataType
+    raw: dict[str, frozenset[type]] = dataclass_field(default_factory=dict)
+
+
+_INT, _NUM, _STR, _BOOL = frozenset({int}), frozenset({int, float}), frozenset({str}), frozenset({bool, int})
+_LIST, _PAIR = frozenset({list}), frozenset({tuple, list})
+
+# The one table of entry fields: the parser's known keys and type checks and
+# the ``entries`` schema all derive from it (docs/schema.md describes each).
+ENTRY_FIELDS: tuple[EntryField, ...] = (
+    EntryField("dump_id", pa.int64()),
+    EntryField("rank", pa.int32()),
+    EntryField("host", pa.string()),
+    EntryField("entry_index", pa.int32()),
+    EntryField("record_id", pa.int64(), {"record_id": _INT}),
+    EntryField("pg_id", pa.int64(), {"pg_id": _INT}),
+    EntryField("pg_name", pa.string(), {"process_group": _PAIR}),
+    EntryField("pg_desc", pa.string(), {"process_group": _PAIR}),
+    # before torch 2.4 one seq_id numbered collectives and p2p alike
+    EntryField("collective_seq_id", pa.int64(), {"collective_seq_id": _INT, "seq_id": _INT}),
+    EntryField("p2p_seq_id", pa.int64(), {"p2p_seq_id": _INT}),
+    EntryField("op_id", pa.int64(), {"op_id": _INT}),
+    EntryField("profiling_name", pa.string(), {"profiling_name": _STR}),
+    EntryField("backend", pa.string()),
+    EntryField("op", pa.string()),
+    EntryField("is_p2p", pa.bool_(), {"is_p2p": _BOOL}),
+    EntryField("p2p_src", pa.int32()),
+    EntryField("p2p_dst", pa.int32()),
+    EntryField("state", pa.string(), {"state": _STR}),
+    # torch <= 2.2 wrote microseconds
+    EntryField("time_created_ns", pa.int64(), {"time_created_ns": _INT, "time_created_us": _NUM}),
+    EntryField("time_discovered_started_ns", pa.int64(), {"time_discovered_started_ns": _INT}),
+    EntryField("time_discovered_completed_ns", pa.int64(), {"time_discovered_completed_ns": _INT}),
+    EntryField("duration_ms", pa.float64(), {"duration_ms": _NUM}),
+    EntryField("retired", pa.bool_(), {"retired": _BOOL}),
+    EntryField("timeout_ms", pa.int64(), {"timeout_ms": _INT}),
+    EntryField("input_sizes", _SIZES, {"input_sizes": _LIST}),
+    EntryField("input_dtypes", _DTYPES, {"input_dtypes": _LIST}),
+    EntryField("output_sizes", _SIZES, {"output_sizes": _LIST}),
+    EntryField("output_dtypes", _DTYPES, {"output_dtypes": _LIST}),
+    EntryField("thread_id", pa.string(), {"thread_id": _STR | _INT}),
+    EntryField("thread_name", pa.string(), {"thread_name": _STR}),
+    EntryField("stack_id", pa.int64(), {"frames": _LIST}),
+    EntryField("extra", pa.string()),  # the fields this frlake does not know, as JSON
 )
+ENTRIES = pa.schema([(f.name, f.type) for f in ENTRY_FIELDS])
+RAW_ENTRY_KEYS: dict[str, frozenset[type]] = {k: t for f in ENTRY_FIELDS for k, t in f.raw.items()}
 
 DUMPS = pa.schema(
     [

@@ -1,0 +1,353 @@
+"""The entries of one dump as Arrow columns: every known field read by
+presence (whatever the FR version), each raw column's Python types checked
+before anything hashes, repr()s or converts it, tensor shapes and dtype lists
+built from flat buffers, stacks kept once each."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+import re
+from itertools import accumulate, chain, repeat
+
+import pyarrow as pa
+
+from frlake import schema
+from frlake.errors import DumpRejected
+from frlake.ingest.checks import NONE, Budget, bounded_json, int64, ints_in_range, storable_text, wrong_type
+from frlake.ingest.limits import Limits
+
+# Every FR key an entry may hold, and the Python types its values may have
+# (besides None), from the one table of entry fields (frlake.schema).
+KNOWN_ENTRY_KEYS = frozenset(schema.RAW_ENTRY_KEYS)
+# The scalar ones are checked here before Arrow converts them: Arrow's error
+# message would repr() a wrong value, and the repr of a memo bomb never ends.
+# (Lists and pairs are checked by the functions that flatten them.)
+_RAW_TYPES = {k: types for k, types in schema.RAW_ENTRY_KEYS.items() if not types & {list, tuple}}
+# "nccl:send 0->1" and "nccl:recv 1<-0": the arrow points from sender to receiver.
+_P2P_NAME = re.compile(
+    r"^(?:(?P<backend>[\w.]+):)?(?P<op>\w+)"
+    r"(?:\s+(?:(?P<src>-?\d+)\s*->\s*(?P<dst>-?\d+)|(?P<dst2>-?\d+)\s*<-\s*(?P<src2>-?\d+)))?"
+)
+
+
+def stack_id(frames_key: tuple) -> int:
+    """A stable 63-bit id for a stack: the same frames give the same id in every run."""
+    digest = hashlib.blake2b(repr(frames_key).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
+    n = len(raw)
+    found = set(map(type, raw)) - {dict}
+    if found:
+        raise DumpRejected("bad_schema", f"an entry is a {', '.join(sorted(t.__name__ for t in found))}, not a dict")
+    total = sum(map(len, raw))
+    if total * limits.min_field_bytes > max(budget.size, 4096):
+        raise DumpRejected(
+            "too_many_nodes",
+            f"the entries hold {total:,} fields in {budget.size:,} bytes: shared entries (a memo bomb?)",
+        )
+    cols, kinds, unknown = _columns(raw, total)
+    extras: list[str | None] = [None] * n
+    if unknown:  # some entry has keys this frlake does not know
+        for i, e in enumerate(raw):
+            if not e.keys() <= KNOWN_ENTRY_KEYS:
+                extras[i] = bounded_json({k: v for k, v in e.items() if k not in KNOWN_ENTRY_KEYS}, budget, limits)
+
+    # Check every raw column's types before anything hashes, repr()s or converts it.
+    for name, allowed in _RAW_TYPES.items():
+        wrong = kinds[name] - allowed - {NONE}
+        if wrong:
+            raise wrong_type(name, wrong)
+    seq = cols["collective_seq_id"]
+    if kinds["collective_seq_id"] <= {NONE}:  # before torch 2.4: one seq_id for collectives and p2p
+        seq = cols["seq_id"]
+    created = cols["time_created_ns"]
+    if kinds["time_created_ns"] <= {NONE} and not kinds["time_created_us"] <= {NONE}:
+        micros = cols["time_created_us"]
+        if float in kinds["time_created_us"] and not all(map(math.isfinite, filter(None, micros))):
+            raise DumpRejected("bad_value", "field 'time_created_us' holds NaN or Infinity")
+        created = [None if us is None else int(us * 1000) for us in micros]
+    pg_name, pg_desc = _process_groups(cols["process_group"], kinds["process_group"], cols["pg_id"])
+    stack_ids, stacks = _stacks(cols["frames"], kinds["frames"], budget, limits)
+    if encoding == "json":  # JSON writes 0 where pickle writes None
+        for name in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+            cols[name] = [None if v == 0 else v for v in cols[name]]
+
+    backend, op, src, dst, derived_p2p = _names(cols["profiling_name"], limits)
+    is_p2p = cols["is_p2p"] if not kinds["is_p2p"] <= {NONE} else derived_p2p
+    thread_id = cols["thread_id"]
+    if int in kinds["thread_id"]:
+        ints_in_range([v for v in thread_id if type(v) is int], "thread_id")
+        thread_id = [v if v is None or type(v) is str else str(v) for v in thread_id]
+
+    arrays = {
+        "entry_index": pa.array(range(n), pa.int32()),
+        "record_id": cols["record_id"],
+        "pg_id": cols["pg_id"],
+        "pg_name": pg_name,
+        "pg_desc": pg_desc,
+        "collective_seq_id": seq,
+        "p2p_seq_id": cols["p2p_seq_id"],
+        "op_id": cols["op_id"],
+        "profiling_name": cols["profiling_name"],
+        "backend": backend,
+        "op": op,
+        "is_p2p": is_p2p,
+        "p2p_src": src,
+        "p2p_dst": dst,
+        "state": cols["state"],
+        "time_created_ns": created,
+        "time_discovered_started_ns": cols["time_discovered_started_ns"],
+        "time_discovered_completed_ns": cols["time_discovered_completed_ns"],
+        "duration_ms": cols["duration_ms"],
+        "retired": cols["retired"],
+        "timeout_ms": cols["timeout_ms"],
+        "input_sizes": cols["input_sizes"],
+        "input_dtypes": cols["input_dtypes"],
+        "output_sizes": cols["output_sizes"],
+        "output_dtypes": cols["output_dtypes"],
+        "thread_id": thread_id,
+        "thread_name": cols["thread_name"],
+        "stack_id": stack_ids,
+        "extra": extras,
+    }
+    for name in ("input_sizes", "output_sizes"):
+        arrays[name] = _shapes(arrays[name], name, budget, limits)
+    for name in ("input_dtypes", "output_dtypes"):
+        arrays[name] = _string_lists(arrays[name], name, budget, limits)
+    out: dict[str, pa.Array] = {}
+    for name, values in arrays.items():
+        if isinstance(values, pa.Array):
+            out[name] = values
+            continue
+        typ = schema.ENTRIES.field(name).type
+
+        try:
+            out[name] = pa.array(values, typ, size=n)
+        except UnicodeError:
+            raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            # The Python types were checked above: what is left is a value out of the column's range.
+            if pa.types.is_integer(typ):
+                raise DumpRejected("out_of_range", f"field '{name}' holds an integer beyond {typ.bit_width} bits") from None
+            raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type") from None
+        if typ == pa.string():
+            _check_lengths(out[name], name, limits)
+    return out, stacks
+
+
+def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type]], bool]:
+    """Every known field of every entry as a column, the Python types found in
+    each column, and whether some entry holds a field this frlake does not know.
+
+    The fields that the first and last entries share (nearly all of them in a
+    real dump) are read by one C-level ``itemgetter`` call per entry and then
+    transposed; any other known field takes one ``dict.get`` pass of its own.
+    """
+    n = len(raw)
+    cols: dict[str, list] = {}
+    shared = [k for k in raw[0] if type(k) is str and k in KNOWN_ENTRY_KEYS and k in raw[-1]] if n else []
+    while shared:
+        try:
+            rows = list(map(operator.itemgetter(*shared), raw))
+        except KeyError as exc:  # a field some middle entry lacks: read it on its own below
+            shared.remove(exc.args[0])
+            continue
+        cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
+        break
+    present = n * len(cols)
+    only_shared = present == total  # then no entry holds any other field
+    kinds = {name: set(map(type, col)) for name, col in cols.items()}
+    for name in _FIELDS:
+        if name in cols:
+            continue
+        if only_shared:
+            cols[name], kinds[name] = [None] * n, {NONE}
+            continue
+        col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
+        found = set(map(type, col))
+        if object in found:  # the _MISSING sentinel: no pickle or JSON value has type object
+            present -= col.count(_MISSING)
+            col = [None if v is _MISSING else v for v in col]
+            found.discard(object)
+            found.add(NONE)
+        present += n
+        cols[name], kinds[name] = col, found
+    return cols, kinds, present != total
+
+
+def _flatten(values: list, name: str, budget: Budget, max_len: int, what: str) -> tuple[list, pa.Array, pa.Array | None]:
+    """One level of nesting: every value a list (or None) of at most
+    ``max_len`` items, paid for. Returns the items, the Arrow offsets of each
+    value's items and, if some value is None, the mask of those."""
+    found = set(map(type, values))
+    if found - {list, NONE}:
+        raise wrong_type(name, found - {list, NONE})
+    if NONE in found:
+        lists = [v for v in values if v is not None]
+        lengths = [0 if v is None else len(v) for v in values]
+    else:
+        lists, lengths = values, list(map(len, values))
+    if lengths and max(lengths) > max_len:
+        raise DumpRejected("bad_schema", f"field '{name}' has {what} with more than {max_len:,} items")
+    total = sum(lengths)
+    budget.spend(total, name)
+    if total >= 2**31:
+        raise DumpRejected("too_large", f"field '{name}' holds {total:,} items")
+    mask = pa.array([v is None for v in values], pa.bool_()) if NONE in found else None
+    return list(chain.from_iterable(lists)), pa.array([0, *accumulate(lengths)], pa.int32()), mask
+
+
+def _shapes(values: list, name: str, budget: Budget, limits: Limits) -> pa.Array:
+    """Tensor shapes: lists of lists of ints, bounded and type-checked before
+    anything expands them, then assembled from flat buffers."""
+    tensors, outer, outer_mask = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list of tensors")
+    dims, inner, inner_mask = _flatten(tensors, name, budget, limits.max_dims, "a tensor shape")
+    found = set(map(type, dims)) - {int}
+    if found:
+        raise wrong_type(name, found)
+    try:
+        flat = pa.array(dims, pa.int64())
+    except OverflowError:
+        raise DumpRejected("bad_schema", f"field '{name}' holds a dimension beyond 64 bits") from None
+    shapes = pa.ListArray.from_arrays(inner, flat, mask=inner_mask)
+    return pa.ListArray.from_arrays(outer, shapes, type=_SIZES, mask=outer_mask)
+
+
+def _string_lists(values: list, name: str, budget: Budget, limits: Limits) -> pa.Array:
+    items, offsets, mask = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list")
+    found = set(map(type, items)) - {str}
+    if found:
+        raise wrong_type(name, found)
+    if items and max(map(len, items)) > limits.max_string:
+        raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
+    try:
+        strings = pa.array(items, pa.string())
+    except UnicodeError:
+        raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
+    return pa.ListArray.from_arrays(offsets, strings, type=_DTYPES, mask=mask)
+
+
+_FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
+_SIZES, _DTYPES = schema.ENTRIES.field("input_sizes").type, schema.ENTRIES.field("input_dtypes").type
+_MISSING = object()
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+
+
+def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
+    import pyarrow.compute as pc
+
+    if len(arr) and arr.null_count < len(arr):
+        longest = pc.max(pc.utf8_length(arr)).as_py()
+        if longest is not None and longest > limits.max_string:
+            raise DumpRejected("too_large", f"field '{name}' holds a string of {longest:,} characters")
+
+
+def _process_groups(groups: list, found: set[type], pg_ids: list) -> tuple[list, list]:
+    """Split (name, desc) pairs; before torch 2.4 only the pg_id names a group."""
+    if found <= {NONE}:
+        ints_in_range(pg_ids, "pg_id")
+        return [None if p is None else str(p) for p in pg_ids], [None] * len(groups)
+    pairs = [g for g in groups if g is not None] if NONE in found else groups
+    if found - {tuple, list, NONE} or set(map(len, pairs)) - {2}:
+        raise DumpRejected("bad_schema", "'process_group' is not a (name, desc) pair")
+    if NONE in found:
+        names = [None if g is None else g[0] for g in groups]
+        descs = [None if g is None else g[1] for g in groups]
+    else:
+        names, descs = list(map(_FIRST, groups)), list(map(_SECOND, groups))
+    name_kinds = set(map(type, names))
+    if name_kinds - {str, int, NONE}:
+        raise wrong_type("process_group name", name_kinds - {str, int, NONE})
+    if set(map(type, descs)) - {str, NONE}:
+        raise wrong_type("process_group desc", set(map(type, descs)) - {str, NONE})
+    if int in name_kinds:
+        ints_in_range([v for v in names if type(v) is int], "process_group name")
+        names = [v if v is None or type(v) is str else str(v) for v in names]
+    return names, descs
+
+
+def _stacks(frames_col: list, found: set[type], budget: Budget, limits: Limits) -> tuple[list, dict[int, list[dict]]]:
+    """Give each entry the id of its stack and keep each distinct stack once.
+
+    torch's pickler shares frame dicts between entries, so a stack is first
+    keyed by the identities of its frame objects (C speed); only each distinct
+    key is read for its content.
+    """
+    if found <= {NONE}:
+        return [None] * len(frames_col), {}
+    if found - {list, NONE}:
+        raise DumpRejected("bad_schema", "'frames' is not a list of frames")
+    lists = [f for f in frames_col if f is not None] if NONE in found else frames_col
+    depths = list(map(len, lists))
+    if max(depths) > limits.max_frames:
+        raise DumpRejected("bad_schema", f"'frames' holds more than {limits.max_frames} frames")
+    budget.spend(sum(depths) + len(depths), "frames")
+    if NONE in found:
+        keys = [None if f is None else tuple(map(id, f)) for f in frames_col]
+    else:
+        keys = list(map(tuple, map(map, repeat(id), frames_col)))
+    first: dict[tuple | None, int] = {}
+    firsts = list(map(first.setdefault, keys, range(len(keys))))  # each entry: the first entry with its frames
+    stacks: dict[int, list[dict]] = {}
+    by_content: dict[tuple, int] = {}
+    resolved = {i: None if key is None else _intern_stack(frames_col[i], by_content, stacks, limits)
+                for key, i in first.items()}
+    return list(map(resolved.__getitem__, firsts)), stacks
+
+
+def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) -> int:
+    if set(map(type, frames)) - {dict}:
+        raise DumpRejected("bad_schema", "a frame is not a dict")
+    try:
+        key = tuple(map(_FRAME_FIELDS, frames))
+    except KeyError:
+        key = tuple((f.get("name"), f.get("filename"), f.get("line")) for f in frames)
+    # Only str, int and None may be hashed: a tuple bomb would hash forever.
+    if set(map(type, chain.from_iterable(key))) - {str, int, NONE}:
+        raise DumpRejected("bad_schema", "a frame holds something other than a name, file and line")
+    sid = by_content.get(key)
+    if sid is None:
+        for name, filename, line in key:
+            for text in (name, filename):
+                if text is not None and (type(text) is not str or len(text) > limits.max_string):
+                    raise DumpRejected("bad_schema", "a frame's name or filename is not a short string")
+                if text is not None:
+                    storable_text(text, "a frame's name or filename")
+            if line is not None and type(line) is not int:
+                raise DumpRejected("bad_schema", "a frame's line is not an integer")
+            if line is not None:
+                int64(line, "a frame's line")
+        sid = by_content[key] = stack_id(key)
+        stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
+    return sid
+
+
+def _names(profiling_names: list, limits: Limits):
+    """Split 'nccl:send 0->1' into backend, op, src, dst and is-p2p, once per distinct name."""
+    if not profiling_names:
+        return [], [], [], [], []
+    table = {name: _split_name(name, limits) for name in dict.fromkeys(profiling_names)}
+    return tuple(map(list, zip(*map(table.__getitem__, profiling_names))))
+
+
+def _split_name(name: object, limits: Limits) -> tuple:
+    if not isinstance(name, str) or len(name) > limits.max_string:
+        return (None, None, None, None, None)
+    m = _P2P_NAME.match(name)
+    if not m:
+        return (None, None, None, None, None)
+    op = m["op"]
+    src, dst = _rank(m["src"] or m["src2"]), _rank(m["dst"] or m["dst2"])
+    return (m["backend"], op, src, dst, op in ("send", "recv", "isend", "irecv"))
+
+
+def _rank(text: str | None) -> int | None:
+    if text is None or len(text) > 10:
+        return None
+    value = int(text)
+    return value if abs(value) < 2**31 else None
