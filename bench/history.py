@@ -53,7 +53,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +65,7 @@ from synth import write_job  # noqa: E402
 
 __all__ = ["AttemptPlan", "History", "plan_history", "write_attempts", "write_history", "fleet_hosts", "truth_summary"]
 
-START = datetime(2026, 10, 1, tzinfo=timezone.utc)
+START = datetime(2026, 10, 1, tzinfo=UTC)
 RPH = 8                                    # ranks per host, as synth's default
 # world sizes and their weights: mostly small jobs, a few large ones (mean ~42 ranks)
 WORLDS = ((8, 30), (16, 25), (32, 20), (64, 12), (128, 8), (256, 5))
@@ -135,7 +135,7 @@ def plan_history(*, jobs: int | None = None, target_entries: int | None = None, 
         if h not in hosts:
             raise ValueError(f"{h!r} is not a fleet host")
     if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
+        start = start.replace(tzinfo=UTC)
     t_lo = int(start.timestamp()) * 10**9
     span = (weeks * 7 - 1) * 86_400 * 10**9   # jobs start in the window's first weeks*7-1 days
     hist = History(fleet=hosts, flaky=list(flaky), stragglers=list(stragglers), entries_per_rank=entries,

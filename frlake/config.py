@@ -18,7 +18,7 @@ class Settings:
     db_url: str
 
     @classmethod
-    def resolve(cls, lake: str | os.PathLike | None = None, db_url: str | None = None) -> "Settings":
+    def resolve(cls, lake: str | os.PathLike | None = None, db_url: str | None = None) -> Settings:
         """Explicit values win, then FRLAKE_LAKE / FRLAKE_DB_URL, then the defaults
         (``./frlake-lake`` and a SQLite file inside it)."""
         lake_path = Path(lake or os.environ.get("FRLAKE_LAKE") or DEFAULT_LAKE).expanduser().resolve()

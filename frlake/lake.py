@@ -24,9 +24,9 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -79,7 +79,7 @@ class Lake:
     def staging(self) -> Path:
         return self._staging if self._staging is not None else self.root / STAGING_DIR
 
-    def for_run(self, run_id: int) -> "Lake":
+    def for_run(self, run_id: int) -> Lake:
         """The same lake, staging into the folder of one ingest run."""
         return Lake(self.root, self.root / STAGING_DIR / f"run-{run_id}")
 
@@ -151,7 +151,7 @@ class Lake:
         return self.root / STAGING_DIR / f"run-{run_id}.lock"
 
     @contextmanager
-    def run_staging(self, run_id: int) -> Iterator["Lake"]:
+    def run_staging(self, run_id: int) -> Iterator[Lake]:
         """Hold the run's own lock and staging folder while it runs; remove
         both afterwards. Another run's recovery treats a run whose lock is
         free as dead and removes what it left (:meth:`clear_dead_staging`)."""

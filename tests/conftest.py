@@ -10,8 +10,7 @@ from sqlalchemy import create_engine, text
 
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
-from tests.helpers import CORPUS, TRUTH
+from tests.helpers import CORPUS, TRUTH, ingest
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,9 @@ import pytest
 from frlake.config import Settings
 from tests.helpers import ingest
 
+pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
+
+
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parent / "screenshots"
 TOKEN = "browser-token"

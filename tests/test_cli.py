@@ -8,8 +8,8 @@ import shutil
 from typer.testing import CliRunner
 
 import frlake
-from frlake.catalog.store import Catalog
 from frlake.catalog import db
+from frlake.catalog.store import Catalog
 from frlake.cli.main import app
 
 runner = CliRunner()

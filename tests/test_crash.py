@@ -17,8 +17,11 @@ import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
 from frlake.schema import TABLES
+from tests.helpers import ingest
+
+pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
+
 
 VOLATILE = {"run_id", "ingested_at"}
 

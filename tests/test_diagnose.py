@@ -10,9 +10,7 @@ from typer.testing import CliRunner
 import frlake
 from frlake.cli.main import app
 from frlake.config import Settings
-from tests.helpers import diagnose, diagnose_many
-from tests.helpers import ingest
-from tests.helpers import TRUTH
+from tests.helpers import TRUTH, diagnose, diagnose_many, ingest
 
 EXPECTED_VERDICT = {"healthy": {"healthy"}, "straggler": {"straggler"}}
 HANG_OR_MISMATCH = {"hang", "mismatch"}

@@ -11,9 +11,7 @@ import sys
 import pytest
 
 from frlake.config import Settings
-from tests.helpers import diagnose
-from tests.helpers import ingest
-from tests.helpers import ROOT, load_trusted
+from tests.helpers import ROOT, diagnose, ingest, load_trusted
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402

@@ -48,6 +48,7 @@ def test_every_column_is_documented(table):
         assert f"`{field.name}`" in section, f"{table}.{field.name} is not in docs/schema.md"
 
 
+@pytest.mark.slow
 def test_example_queries_run(tmp_path, corpus):
     """Every example answers something on the corpus beside a few bad files."""
     import frlake
@@ -79,6 +80,7 @@ def test_every_api_route_is_documented(tmp_path):
             assert path in api_doc, f"{path} is not in docs/api.md"
 
 
+@pytest.mark.slow
 def test_the_readme_python_example_runs_as_a_script(tmp_path):
     """Saved as a script and run by a fresh interpreter (worker processes and
     all), as a user would, not inside pytest's process."""
@@ -91,6 +93,7 @@ def test_the_readme_python_example_runs_as_a_script(tmp_path):
     assert "hang" in done.stdout or "mismatch" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_is_told_why_and_no_file_is_rejected(tmp_path):
     """Python's multiprocessing runs a guard-less script again in every worker,
     so the workers die: an environment failure, not a verdict on the files."""

@@ -9,8 +9,7 @@ import pytest
 
 import frlake
 from frlake.config import Settings
-from tests.helpers import ingest
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ingest
 
 FORMATS = FIXTURES / "formats"
 EXPECTED = json.loads((FORMATS / "expected.json").read_text())["files"]

@@ -24,8 +24,8 @@ from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.errors import DumpRejected
 from frlake.ingest import IngestOptions
+from frlake.ingest.sources import read_regular_file
 from tests.helpers import ingest
-from frlake.ingest.sources import Source, read_regular_file
 
 JOB = "job-223715"  # 4 ranks: gpu-b03 rank_0, rank_1; gpu-c04 rank_2, rank_3
 GOOD = [(JOB, 0, "gpu-b03", 0), (JOB, 0, "gpu-b03", 1), (JOB, 0, "gpu-c04", 2), (JOB, 0, "gpu-c04", 3)]
@@ -284,6 +284,7 @@ print(json.dumps({"summary": summary.to_dict(), "parent_grew_bytes": grew * 1024
 """
 
 
+@pytest.mark.slow
 def test_an_archive_bomb_is_streamed_to_disk_and_the_parent_never_holds_members(tmp_path, corpus):
     member, cap = 64 << 20, 96 << 20
     bomb = tmp_path / "bomb.tar.gz"

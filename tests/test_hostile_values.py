@@ -21,9 +21,8 @@ from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import MAX_MESSAGE, REJECT_REASONS
 from frlake.ingest import IdentityOptions, IngestOptions, Limits
-from tests.helpers import ingest
 from frlake.session import Frlake
-from tests.helpers import ROOT
+from tests.helpers import ROOT, ingest
 
 GOOD = [f"job-223715/attempt-0/gpu-b03/rank_{r}" for r in (0, 1)] + ["job-f70c5d/attempt-2/gpu-b04/rank_2.json"]
 LAYOUT = IdentityOptions(layout="{job}/attempt-{attempt}/{host}/{*}rank_{rank}")
@@ -91,7 +90,7 @@ _JSON_SAYS = {  # JSON cannot hold tuples or 2**31 in a pickle-only field, but m
 }
 # JSON text that decodes to a value int() refuses: rejected before parsing.
 JSON_TEXT = {
-    f"json_{what}_digits": (json.dumps(_dump(**{what: 0})).replace('"%s": 0' % what, '"%s": %s' % (what, "9" * 5000)),
+    f"json_{what}_digits": (json.dumps(_dump(**{what: 0})).replace(f'"{what}": 0', f'"{what}": {"9" * 5000}'),
                             "out_of_range")
     for what in ("rank", "version")
 }
@@ -222,6 +221,7 @@ class _PeakRss(threading.Thread):
             time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_dump_over_the_memory_budget_is_rejected_and_its_worker_goes_on(tmp_path, corpus):
     budget = 96 << 20
     folder = tmp_path / "nfs" / "job-m" / "attempt-0" / "host-a"

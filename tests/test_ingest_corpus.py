@@ -7,12 +7,13 @@ import os
 import re
 import shutil
 
+import pytest
+
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
-from tests.helpers import ingest
-from tests.helpers import load_trusted
+from tests.helpers import ingest, load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
 
@@ -71,6 +72,7 @@ def test_fields_survive_both_encodings(corpus, corpus_lake):
     assert status == (19,)  # a string in the JSON dump, an integer here
 
 
+@pytest.mark.slow
 def test_reingest_adds_nothing(tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
     first = ingest([corpus], settings)

@@ -22,13 +22,10 @@ import pytest
 import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from tests.helpers import diagnose
 from frlake.errors import LakeLocked
 from frlake.ingest import IdentityOptions, IngestOptions
-from tests.helpers import ingest
 from frlake.lake import Lake
-
-
+from tests.helpers import diagnose, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +70,7 @@ def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path)
     catalog.close()
 
 
+@pytest.mark.slow
 def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
     """A real kill -9 once the first dumps are committed: whatever the moment,
     the re-run leaves no attempt undiagnosed."""
@@ -114,6 +112,7 @@ def _first_ingest(args: tuple[str, str, str]) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_path, corpus, request):
     db_url = request.getfixturevalue("pg_url") if backend == "postgresql" else ""

@@ -17,11 +17,10 @@ from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import DumpRejected
 from frlake.ingest import IdentityOptions, IngestOptions
-from tests.helpers import ingest
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.session import Frlake
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ingest
 
 BAD = FIXTURES / "bad"
 MARKER = Path("/tmp/frlake-pwned-marker")
@@ -170,6 +169,7 @@ def _hash_bomb(depth: int = 64) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.slow
 def test_a_hash_bomb_is_stopped_by_its_cpu_budget_and_the_rest_ingests(tmp_path, corpus):
     tree = tmp_path / "nfs" / "job-x" / "attempt-0" / "host-a"
     tree.mkdir(parents=True)
@@ -185,6 +185,7 @@ def test_a_hash_bomb_is_stopped_by_its_cpu_budget_and_the_rest_ingests(tmp_path,
     assert (again.unchanged, again.ingested, again.rejected) == (3, 0, 0)
 
 
+@pytest.mark.slow
 def test_an_uploaded_hash_bomb_is_stopped_too(tmp_path, corpus):
     good = (corpus / "job-223715/attempt-0/gpu-b03/rank_1").read_bytes()
     options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,

@@ -12,9 +12,9 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
-from tests.helpers import ingest
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, check_binding
+from tests.helpers import ingest
 
 TOKEN = "s3cret-token"
 

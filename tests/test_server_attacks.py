@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from frlake.errors import FrlakeError
 from frlake.config import Settings
+from frlake.errors import FrlakeError
 from frlake.ingest.identity import Layout
 from frlake.ingest.upload import UPLOADS_DIR, UploadLimits
 from frlake.lake import Lake
@@ -357,6 +357,7 @@ def _upload_bytes_on_disk(settings: Settings) -> int:
     return sum(f.stat().st_size for f in (settings.lake / UPLOADS_DIR).rglob("*") if f.is_file())
 
 
+@pytest.mark.slow
 def test_concurrent_bomb_uploads_keep_server_memory_bounded(served, bomb, corpus):
     url, proc, settings = served
     status, body = _post(url, [("rank_2", (corpus / GOOD).read_bytes())], _dump_fields(rank="2"))
@@ -383,6 +384,7 @@ def test_concurrent_bomb_uploads_keep_server_memory_bounded(served, bomb, corpus
     assert _uploads_left(settings) == []
 
 
+@pytest.mark.slow
 def test_upload_over_the_disk_budget_is_refused_503(served, corpus):
     url, proc, settings = served
     bomb = _bomb((corpus / "job-223715/attempt-0/gpu-b03/rank_1").read_bytes())  # a real dump to publish, too

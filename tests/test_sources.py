@@ -11,8 +11,7 @@ import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest import IdentityOptions, IngestOptions, Layout, load_hosts
-from tests.helpers import ingest
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ingest
 
 
 def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus):

@@ -17,13 +17,11 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import QueryError
-from frlake.query import QueryLimits
-from tests.helpers import open_sandbox, query
+from frlake.query.sandbox import QueryLimits
 from frlake.query.statements import READING_TABLE_FUNCTIONS, STATE_CHANGING_FUNCTIONS, check_statement
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
-
-from tests.helpers import copy_tree
+from tests.helpers import copy_tree, open_sandbox, query
 
 # Functions DuckDB marks has_side_effects whose effects stay inside the query:
 # randomness, clocks, sleeping (bounded by the time limit), raising an error.

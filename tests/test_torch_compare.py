@@ -12,13 +12,14 @@ import os
 import pytest
 
 from tests.helpers import diagnose
-
 from tests.torch_fr import run_torch_on_attempt
 
 if os.environ.get("FRLAKE_REQUIRE_TORCH"):
     import torch  # noqa: F401  (fail, do not skip, where CI promised torch)
 else:
     pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
 
 def _frlake_right(case, d) -> bool:
@@ -57,8 +58,7 @@ def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
     """Real gloo dumps (tests/fixtures/real/extra_collective): rank 0 issued one all_reduce too many,
     and rank 7 wrote no dump. torch gives up on the missing file; frlake names rank 0."""
     from frlake.config import Settings
-    from tests.helpers import ingest
-    from tests.helpers import FIXTURES
+    from tests.helpers import FIXTURES, ingest
 
     tree = FIXTURES / "real" / "extra_collective"
     v = run_torch_on_attempt(tree / "job-extra" / "attempt-0")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -96,6 +95,7 @@ def test_flatten_skips_json(tmp_path):
         flatten_attempt(att, tmp_path / "flat2")
 
 
+@pytest.mark.slow
 def test_torch_on_a_corpus_hang(tmp_path):
     pytest.importorskip("torch")
     job, attempt = HANG

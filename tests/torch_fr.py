@@ -168,9 +168,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 MODULE = "torch.distributed.flight_recorder.fr_trace"
 
@@ -404,7 +405,7 @@ def parse_torch_output(stderr: str, stdout: str = "") -> dict[str, Any]:
 
 def _classify_failure(stderr: str) -> str:
     """Short label for why torch exited non-zero, plus its exception line."""
-    lines = [l.strip() for l in stderr.strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else ""
     in_loader = "in read_dump" in stderr or "in read_dir" in stderr
     checks = [

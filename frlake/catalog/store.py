@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
+from frlake.catalog.models import (
+    Attempt,
+    CulpritRow,
+    Dump,
+    IncidentRow,
+    IngestRun,
+    Job,
+    LakeFile,
+    RankStat,
+    SourceFile,
+    StackId,
+)
 from frlake.diagnose.model import Diagnosis, stack_signature, top_frame
-from frlake.catalog.models import (Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, LakeFile, RankStat, SourceFile,
-                                  StackId)
 
 _CHUNK = 500  # bound on IN (...) lists
 _FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
-from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -48,6 +48,18 @@ def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settin
     """Command-level options win over the ones given before the command."""
     root = ctx.find_root().obj or {}
     return Settings.resolve(lake or root.get("lake"), db_url or root.get("db_url"))
+
+
+def show_log(level: int) -> None:
+    """The library logs through ``logging`` (logger "frlake"); -v shows it on stderr."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+    logger = logging.getLogger("frlake")
+    logger.addHandler(handler)
+    logger.setLevel(level)
 
 
 @contextmanager

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Annotated
+
 import typer
 
 from frlake.cli import db
-from frlake.cli._common import DbUrlOpt, LakeOpt
+from frlake.cli._common import DbUrlOpt, LakeOpt, show_log
 from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command
@@ -22,9 +25,17 @@ app = typer.Typer(
 
 
 @app.callback()
-def main_options(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = None) -> None:
+def main_options(
+    ctx: typer.Context,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True,
+                                         help="Show what frlake does (-v), and more (-vv), on stderr.")] = 0,
+) -> None:
     """Global options; every command also accepts them after its name."""
     ctx.obj = {"lake": lake, "db_url": db_url}
+    if verbose:
+        show_log(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
 app.command("ingest")(ingest_command)

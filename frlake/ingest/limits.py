@@ -56,7 +56,7 @@ class Limits:
     def cpu_budget(self, size: int) -> float:
         return self.cpu_seconds + self.cpu_seconds_per_gib * size / (1 << 30)
 
-    def resolved(self, workers: int = 1) -> "Limits":
+    def resolved(self, workers: int = 1) -> Limits:
         """These limits with the memory budget and the file-size cap made
         concrete for this machine and ``workers`` parallel workers."""
         memory = self.memory_bytes

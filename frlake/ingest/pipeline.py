@@ -13,14 +13,15 @@ and rows before it starts, and then re-ingests those dumps.
 from __future__ import annotations
 
 import json
+import logging
 import time
-from itertools import chain
 from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
+from itertools import chain
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,11 +33,20 @@ from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.pool import pool_context
 from frlake.ingest.sources import NOT_STATTED, ArchiveLimits, Source, archive_members, is_archive, walk
-from frlake.ingest.worker import (ChunkResult, StagedFile, WorkerContext, cleanup_staged, enter_worker_process,
-                                  process_chunk, stacks_table, worker_ready)
+from frlake.ingest.worker import (
+    ChunkResult,
+    StagedFile,
+    WorkerContext,
+    cleanup_staged,
+    enter_worker_process,
+    process_chunk,
+    stacks_table,
+    worker_ready,
+)
 from frlake.lake import Lake, new_part_name
 
 MAX_REPORTED_REJECTS = 1000
+log = logging.getLogger("frlake.ingest")
 
 
 @dataclass(frozen=True)
@@ -371,6 +381,7 @@ class _Run:
             self.catalog.drop_lake_files(ids)
             raise
         self.touched.update((d.job, d.attempt) for d in result.dumps)
+        log.debug("batch %d: %d dumps, %d Parquet files committed", self.batch, len(result.dumps), len(result.staged))
 
     def _drop_known(self, result: ChunkResult) -> None:
         """Bytes another chunk committed meanwhile are duplicates: take them out."""
@@ -414,6 +425,7 @@ class _Run:
             self.progress(self.files_done, s.input_bytes)
 
     def _count_reject(self, path: str, reason: str | None, detail: str | None) -> None:
+        log.info("rejected %s (%s): %s", path, reason, detail)
         self.summary.rejected += 1
         self.reasons[reason or "unknown"] += 1
         if len(self.summary.rejected_files) < MAX_REPORTED_REJECTS:

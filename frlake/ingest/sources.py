@@ -19,9 +19,10 @@ import os
 import stat
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from frlake.errors import DumpRejected, FrlakeError
 

@@ -131,7 +131,7 @@ class Upload:
         self._files = 0
         self._now_ns = time.time_ns()
 
-    def __enter__(self) -> "Upload":
+    def __enter__(self) -> Upload:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,10 +12,10 @@ import hashlib
 import math
 import os
 import resource
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterator
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -190,7 +190,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         data, sha = _read(src, ctx.limits, result)
         loaded.append((src, data, sha))
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
     seen: set[str] = set()
     for src, data, sha in loaded:

@@ -4,7 +4,7 @@ attempt as a Chrome/Perfetto trace."""
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 import duckdb
 

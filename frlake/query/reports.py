@@ -8,9 +8,9 @@ evidence: the jobs and attempts behind it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Window:
             elif end and d.time() == time.min:
                 d = d + timedelta(days=1)
             if d.tzinfo is None:
-                d = d.replace(tzinfo=timezone.utc)
+                d = d.replace(tzinfo=UTC)
             return int(d.timestamp() * 1_000_000_000)
 
         return ns(self.since, False), ns(self.until, True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import duckdb
 import pyarrow as pa
@@ -10,8 +10,8 @@ import pyarrow.dataset as ds
 
 from frlake import schema
 from frlake.catalog.store import Catalog
-from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.lake import Lake
+from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix.

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest.upload import UploadLimits
 from frlake.query import QueryLimits
-
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
