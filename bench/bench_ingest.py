@@ -33,8 +33,10 @@ from synth import write_job  # noqa: E402
 
 CORPUS = HERE.parent / "tests" / "corpus" / "visible"
 
+from _frlake import ingest  # noqa: E402
+
 from frlake.config import Settings  # noqa: E402
-from frlake.ingest import IngestOptions, ingest  # noqa: E402
+from frlake.ingest import IngestOptions  # noqa: E402
 
 
 def tree_bytes(folder: Path) -> int:

@@ -40,12 +40,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from _frlake import connect, ingest, query, run  # noqa: E402
 from history import plan_history, truth_summary, write_attempts  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
-from frlake.ingest import IngestOptions, ingest  # noqa: E402
-from frlake.query import QueryLimits, connect, query  # noqa: E402
-from frlake.query.reports import run  # noqa: E402
+from frlake.ingest import IngestOptions  # noqa: E402
+from frlake.query.sandbox import QueryLimits  # noqa: E402
 
 REPORTS = ("flaky-hosts", "slow-ranks", "hangs")
 FRLAKE = str(Path(sys.executable).parent / "frlake")

@@ -27,9 +27,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _frlake import ingest  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
-from frlake.ingest import ingest  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus" / "visible"
 TOKEN = "bench-token"

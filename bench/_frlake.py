@@ -1,0 +1,27 @@
+"""The one-call forms the benchmarks use, each through a session of its own
+(frlake's Python API is frlake.Frlake)."""
+
+from __future__ import annotations
+
+from frlake.session import Frlake
+
+
+def ingest(paths, settings, options=None):
+    with Frlake(settings) as fl:
+        return fl.ingest(paths, options)
+
+
+def run(settings, name, window=None, limit=None):
+    with Frlake(settings) as fl:
+        return fl.report(name, window, limit)
+
+
+def query(sql, settings, limits=None):
+    with Frlake(settings) as fl:
+        return fl.query(sql, limits)
+
+
+def connect(lake, db_url=None):
+    import frlake
+
+    return frlake.connect(lake, db_url)
