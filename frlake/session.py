@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -145,7 +146,11 @@ class Frlake:
         from frlake.ingest.upload import Upload, UploadLimits
 
         options = options or IngestOptions(workers=1, isolate=True)
-        with Upload(self.lake.root, options.identity, limits or UploadLimits(), budget) as upload:
+        limits = limits or UploadLimits()
+        # a file larger than a worker may read is refused as it arrives, not saved first
+        cap = options.limits.resolved(max(1, options.workers)).max_file_bytes
+        limits = replace(limits, max_member_bytes=min(limits.max_member_bytes, cap))
+        with Upload(self.lake.root, options.identity, limits, budget) as upload:
             for name, data in files:
                 upload.add(name, io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data)
             return self.ingest(options=options, sources=upload.ready_sources(), keep_file_list=True)

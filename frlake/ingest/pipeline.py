@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 
@@ -162,6 +162,9 @@ class _Run:
         self.archives: list[FileRecord] = []
         self.reasons: Counter[str] = Counter()
         self.touched: set[tuple[str, int]] = set()
+        # a member larger than a worker may read is refused before it is unpacked
+        self.archive_limits = replace(options.archive, max_member_bytes=min(options.archive.max_member_bytes,
+                                                                            self.ctx.limits.max_file_bytes))
         self.spill_dir = lake.staging / "members"  # archive members, unpacked one at a time
         self.spilled: set[str] = set()  # spill files not yet released
 
@@ -274,7 +277,7 @@ class _Run:
             return
         status, reason, detail = "archive", None, None
         try:
-            for member in archive_members(archive.fs_path, key, self.options.archive, self.spill_dir):
+            for member in archive_members(archive.fs_path, key, self.archive_limits, self.spill_dir):
                 if member.path is not None:
                     self.spilled.add(member.path)
                 yield member
