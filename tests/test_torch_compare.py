@@ -28,12 +28,20 @@ def _frlake_right(case, d) -> bool:
     return d.root is not None and (d.root.rank, d.root.host) == (case["culprit_rank"], case["culprit_host"])
 
 
-def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_often(corpus, corpus_lake, truth):
+@pytest.fixture(scope="module")
+def torch_verdicts(corpus, truth) -> dict:
+    """torch's analyzer on every pickle attempt of the corpus, run once (it reads pickles only)."""
+    return {(case["job"], case["attempt"]): run_torch_on_attempt(corpus / case["job"] / f"attempt-{case['attempt']}")
+            for case in truth if case["format"] == "pickle"}
+
+
+def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_often(corpus_lake, truth,
+                                                                                       torch_verdicts):
     rows = []
     for case in truth:
         if case["format"] != "pickle":
             continue  # torch's analyzer reads pickles only
-        v = run_torch_on_attempt(corpus / case["job"] / f"attempt-{case['attempt']}")
+        v = torch_verdicts[(case["job"], case["attempt"])]
         d = diagnose(corpus_lake, case["job"], case["attempt"], store=False)
         torch_right = (v.named_rank == case["culprit_rank"]) and not v.gave_up
         if case["culprit_rank"] is None:
@@ -52,6 +60,27 @@ def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_
                   f"{d.root.rank if d.root else None}")
     assert frlake_ok == len(rows)
     assert frlake_ok >= torch_ok
+
+
+def test_every_missing_ranks_set_torch_prints_is_the_collectives_rows(corpus_lake, torch_verdicts):
+    """The collectives view is torch's flat database for every attempt at once:
+    each "missing ranks" set torch's analyzer prints is that row's missing set."""
+    import frlake
+
+    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    compared = 0
+    for (job, attempt), v in torch_verdicts.items():
+        for f in v.findings:
+            if f["kind"] != "MISSING_RANKS":
+                continue
+            pg = f["group"].split(":", 1)[0]
+            row = con.execute("SELECT missing FROM collectives WHERE job = ? AND attempt = ? AND pg = ? AND seq = ?",
+                              [job, attempt, pg, f["seq"]]).fetchone()
+            assert row is not None, (job, attempt, f)
+            assert sorted(row[0]) == sorted(f["missing_ranks"]), (job, attempt, f["group"], f["seq"])
+            compared += 1
+    print(f"\n{compared} missing-ranks sets compared with torch")
+    assert compared >= 5, f"only {compared} missing-ranks sets to compare"
 
 
 def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):

@@ -10,6 +10,7 @@ import pyarrow.dataset as ds
 
 from frlake import schema
 from frlake.catalog.store import Catalog
+from frlake.diagnose.evidence import ALL_TO_ALL, END_MARKER, NEWEST_DUMP
 from frlake.lake import Lake
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 
@@ -23,6 +24,57 @@ _TIMESTAMPS = {
     "culprits": ("started_ns",),
     "rank_stats": ("started_ns",),
 }
+# One row per collective instance of every attempt: torch's ``fr_trace -o`` flat
+# database for all of history. Each rank is read from the dump the diagnosis
+# reads (the newest); a member "missing" holds a dump that covers the sequence
+# id and has no entry there; "unknown" left no dump, or its ring buffer starts
+# after the sequence id (it cannot say).
+_COLLECTIVES = f"""
+    WITH d AS (
+      SELECT job, attempt, rank, dump_id, host FROM dumps
+      QUALIFY row_number() OVER (PARTITION BY job, attempt, rank ORDER BY {NEWEST_DUMP}) = 1
+    ), e AS (
+      SELECT e.job, e.attempt, e.pg_name, e.collective_seq_id AS seq, e.rank, min(e.entry_index) AS i,
+             arg_min(e.op, e.entry_index) AS op, arg_min(e.pg_desc, e.entry_index) AS pg_desc,
+             arg_min(e.input_sizes, e.entry_index) AS input_sizes, arg_min(e.output_sizes, e.entry_index) AS output_sizes,
+             arg_min(e.input_dtypes, e.entry_index) AS input_dtypes,
+             arg_min(e.output_dtypes, e.entry_index) AS output_dtypes, arg_min(e.state, e.entry_index) AS state,
+             min(e.time_created_ns) AS t
+      FROM entries e JOIN d USING (job, attempt, dump_id)
+      WHERE NOT e.is_p2p AND e.collective_seq_id IS NOT NULL AND NOT {END_MARKER.replace("op ", "e.op ")}
+      GROUP BY ALL
+    ), span AS (
+      SELECT job, attempt, pg_name, rank, min(seq) AS first_seq FROM e GROUP BY ALL
+    ), members AS (
+      SELECT job, attempt, pg_name, list(DISTINCT r ORDER BY r) AS members FROM (
+        SELECT job, attempt, pg_name, unnest(ranks) AS r FROM groups WHERE ranks IS NOT NULL
+        UNION SELECT job, attempt, pg_name, rank FROM span
+      ) GROUP BY ALL
+    ), c AS (
+      SELECT job, attempt, pg_name, seq, mode(op ORDER BY op) AS op, min(pg_desc) AS pg_desc,
+             list(rank ORDER BY rank) AS arrived, min(t) AS t_first, max(t) AS t_last,
+             count(DISTINCT op) = 1 AS ops_agree,
+             count(DISTINCT (input_sizes, output_sizes)) = 1 AS sizes_agree,
+             count(DISTINCT (input_dtypes, output_dtypes)) = 1 AS dtypes_agree,
+             list(DISTINCT state ORDER BY state) AS states
+      FROM e GROUP BY ALL
+    )
+    SELECT c.job, c.attempt, c.pg_name AS pg, c.pg_desc, c.seq, c.op, m.members, c.arrived,
+           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND list_contains(dumped.ranks, r)
+                                       AND coalesce(first.f[list_position(first.r, r)], c.seq) <= c.seq) AS missing,
+           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND (NOT list_contains(dumped.ranks, r)
+                                       OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) AS unknown,
+           make_timestamp(c.t_first // 1000) AS first_arrival, make_timestamp(c.t_last // 1000) AS last_arrival,
+           round((c.t_last - c.t_first) / 1e6, 3) AS spread_ms,
+           c.ops_agree, c.op IN {ALL_TO_ALL} AS uneven_by_design,
+           CASE WHEN c.op IN {ALL_TO_ALL} THEN NULL ELSE c.sizes_agree END AS sizes_agree,
+           c.dtypes_agree, c.states
+    FROM c JOIN members m USING (job, attempt, pg_name)
+    JOIN (SELECT job, attempt, list(rank) AS ranks FROM d GROUP BY ALL) dumped USING (job, attempt)
+    JOIN (SELECT job, attempt, pg_name, list(rank ORDER BY rank) AS r, list(first_seq ORDER BY rank) AS f
+          FROM span GROUP BY ALL) first USING (job, attempt, pg_name)
+"""
+
 _DERIVED = {
     "hosts": """
         SELECT host, count(DISTINCT job) AS jobs, count(DISTINCT (job, attempt)) AS attempts, count(*) AS dumps,
@@ -38,6 +90,7 @@ _DERIVED = {
                     ORDER BY last_time_created_ns DESC NULLS LAST, source_mtime_ns DESC NULLS LAST, sha256) AS candidates
         FROM dumps GROUP BY job, attempt, rank HAVING count(*) > 1
     """,
+    "collectives": _COLLECTIVES,
 }
 
 
