@@ -213,6 +213,24 @@ class Frlake:
             raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
         return attempt
 
+    # -- one attempt, closely ---------------------------------------------------
+    def entries(self, job: str, attempt: int | None = None, flt=None) -> dict:
+        """The attempt's collectives with the chosen ranks side by side
+        (torch's ``fr_trace -j``, ``--selected-ranks``, ``--pg-filters``)."""
+        from frlake.query.entries import EntryFilter, side_by_side
+
+        attempt = self._attempt_number(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return side_by_side(con, job, attempt, flt or EntryFilter())
+
+    def stack_diff(self, job: str, attempt: int | None = None) -> list[dict]:
+        """Where each rank stands, grouped by stack: the ranks at another frame than the rest."""
+        from frlake.query.entries import stack_diff
+
+        attempt = self._attempt_number(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return stack_diff(con, job, attempt)
+
     # -- reports ----------------------------------------------------------------
     def report(self, name: str, window=None, limit: int | None = None) -> list[dict]:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row

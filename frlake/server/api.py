@@ -12,7 +12,7 @@ from frlake.query.attempt import arrivals, perfetto_trace, progress
 from frlake.query.reports import REPORTS
 from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, int_arg, known_attempt, list_attempts_args, window
+from frlake.server.params import diagnosis, entry_filter, int_arg, known_attempt, list_attempts_args, window
 
 bp = Blueprint("api", __name__)
 
@@ -86,6 +86,13 @@ def attempt_progress(job: str, attempt: int):
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")
 def attempt_diagnosis(job: str, attempt: int):
     return jsonify(diagnosis(job, attempt).to_dict())
+
+
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
+def attempt_entries(job: str, attempt: int):
+    known_attempt(job, attempt)
+    view = session().entries(job, attempt, entry_filter())
+    return jsonify({**view, "stacks": session().stack_diff(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")

@@ -59,3 +59,24 @@ def diagnosis(job: str, attempt: int) -> Diagnosis:
     """The stored diagnosis, or one computed now and not stored: a GET never writes."""
     known_attempt(job, attempt)
     return session().stored_diagnosis(job, attempt)
+
+
+def entry_filter():
+    """?ranks=0,1,8-15&pg=dp&pg=0&seq=A:B as an EntryFilter."""
+    from frlake.query.entries import EntryFilter
+
+    ranks: list[int] = []
+    for part in (request.args.get("ranks") or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise ApiError(400, "bad_request", f"'ranks' is like 0,1,8-15, not {request.args.get('ranks')!r}")
+        ranks.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    try:
+        lo_seq, hi_seq = EntryFilter.parse_seq(request.args.get("seq"))
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    pgs = tuple(p for p in request.args.getlist("pg") if p)
+    return EntryFilter(ranks=tuple(sorted(set(ranks))) or None, pgs=pgs or None, seq_from=lo_seq, seq_to=hi_seq)

@@ -7,9 +7,9 @@ from flask import Blueprint, render_template, request
 from frlake.diagnose.model import VERDICTS
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, host_history
-from frlake.server.context import catalog, config, lake
+from frlake.server.context import catalog, config, lake, session
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, list_attempts_args, window
+from frlake.server.params import diagnosis, entry_filter, known_attempt, list_attempts_args, window
 
 bp = Blueprint("ui", __name__)
 
@@ -34,6 +34,14 @@ def attempt(job: str, attempt: int):
 
     d = diagnosis(job, attempt).to_dict()
     return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt))
+
+
+@bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
+def attempt_entries(job: str, attempt: int):
+    known_attempt(job, attempt)
+    view = session().entries(job, attempt, entry_filter())
+    return render_template("entries.html", job=job, attempt=attempt, v=view,
+                           stacks=session().stack_diff(job, attempt), filters=request.args)
 
 
 @bp.get("/reports/<name>")

@@ -1,0 +1,104 @@
+"""frlake entries: one attempt's collectives, ranks side by side (torch's -j,
+--selected-ranks, --pg-filters), and where the ranks stand at the hang."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
+
+_STATE = {"completed": "C", "started": "S", "scheduled": "Q"}
+
+
+def entries_command(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job.")],
+    attempt: Annotated[int | None, typer.Option(help="The attempt (default: the latest).", min=0)] = None,
+    ranks: Annotated[str | None, typer.Option(help="Only these ranks, e.g. 0,1,8-15.")] = None,
+    pg: Annotated[list[str] | None, typer.Option("--pg", help="Only this process group (name or description); "
+                                                             "repeat for more.")] = None,
+    seq: Annotated[str | None, typer.Option(help="A window of sequence ids: A:B, A: or :B.")] = None,
+    fmt: FormatOpt = Format.table,
+    lake: LakeOpt = None,
+    db_url: DbUrlOpt = None,
+) -> None:
+    """Each collective with the chosen ranks side by side: C completed, S
+    started, Q scheduled, and how late each rank arrived (ms after the
+    first); '-' where a member has no entry, blank where the rank is not a
+    member of the group. Then, at the hang, which ranks
+    stand at another frame than the rest."""
+    from frlake.query.entries import EntryFilter
+
+    with open_session(ctx, lake, db_url, must_exist=True) as session:
+        lo, hi = _seq(seq)
+        flt = EntryFilter(ranks=_ranks(ranks), pgs=tuple(pg) if pg else None, seq_from=lo, seq_to=hi)
+        view = session.entries(job, attempt, flt)
+        diff = session.stack_diff(job, view["attempt"])
+    if fmt is Format.json:
+        emit_json({**view, "stacks": diff})
+        return
+    ranks_shown = [r["rank"] for r in view["ranks"]]
+    columns = ["pg", "seq", "op", "agree", *[f"r{r}" for r in ranks_shown]]
+    rows = []
+    for c in view["collectives"]:
+        cells = [_cell(c["cells"].get(r), fmt) if r in c["members"] else "" for r in ranks_shown]
+        rows.append([f"{c['pg_desc'] or ''} {c['pg']}".strip(), c["seq"], c["op"], "yes" if c["agree"] else "NO",
+                     *cells])
+    emit_rows(columns, rows, fmt, title=f"{view['job']} attempt {view['attempt']}: {len(rows)} collectives")
+    if fmt is Format.table:
+        if view["truncated"]:
+            console.print("[yellow]only the first collectives are shown: narrow with --seq, --pg or --ranks[/]")
+        console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
+        for g in diff:
+            mark = "[red]another frame than the rest[/] " if g["odd_one_out"] else ""
+            console.print(f"  {mark}ranks {_span(g['ranks'])} ({', '.join(g['hosts']) or 'unknown host'}): "
+                          f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}",
+                          highlight=False)
+
+
+def _cell(cell: dict | None, fmt: Format) -> str:
+    if cell is None:
+        return "-"
+    if fmt is Format.table:
+        return f"{_STATE.get(cell['state'], '?')}{cell['late_ms']:+.1f}"
+    return f"{cell['state']} {cell['late_ms']} {cell['sizes']}"
+
+
+def _ranks(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise typer.BadParameter(f"ranks are like 0,1,8-15, not {text!r}", param_hint="--ranks")
+        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return tuple(sorted(set(out)))
+
+
+def _seq(text: str | None) -> tuple[int | None, int | None]:
+    from frlake.query.entries import EntryFilter
+
+    try:
+        return EntryFilter.parse_seq(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--seq") from None
+
+
+def _span(ranks: list[int]) -> str:
+    """0,1,2,3,7 -> 0-3,7"""
+    out, start, prev = [], None, None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(out)

@@ -1,0 +1,122 @@
+"""One attempt's entries as torch users read them (``fr_trace -j``,
+``--selected-ranks``, ``--pg-filters``): each collective with the chosen
+ranks side by side, and at the hang, which ranks stand at another frame than
+the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, load, stacks
+from frlake.diagnose.model import top_frame
+
+MAX_ROWS = 2_000  # collectives shown at most (a window of sequence ids narrows it)
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """Which part of an attempt to show: ranks, process groups (names or
+    descriptions, as torch's --pg-filters) and a window of sequence ids."""
+
+    ranks: tuple[int, ...] | None = None
+    pgs: tuple[str, ...] | None = None
+    seq_from: int | None = None
+    seq_to: int | None = None
+
+    @staticmethod
+    def parse_seq(text: str | None) -> tuple[int | None, int | None]:
+        """``A:B`` (inclusive), ``A:``, ``:B`` or ``A``."""
+        if not text:
+            return None, None
+        lo, sep, hi = text.partition(":")
+        try:
+            start = int(lo) if lo.strip() else None
+            end = (int(hi) if hi.strip() else None) if sep else start
+        except ValueError:
+            raise ValueError(f"a sequence window is A:B, A: or :B with whole numbers, not {text!r}") from None
+        return start, end
+
+
+def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: EntryFilter = EntryFilter(),
+                 limit: int = MAX_ROWS) -> dict:
+    """Every collective of the attempt (in the filter) with one cell per rank:
+    its op, state, sizes and arrival (ms after the first member), or nothing
+    where the rank has no entry for it."""
+    rows = con.execute(
+        f"""
+        WITH d AS (
+          SELECT rank, dump_id, host FROM dumps WHERE job = $job AND attempt = $attempt
+          QUALIFY row_number() OVER (PARTITION BY rank ORDER BY {NEWEST_DUMP}) = 1
+        ), e AS (
+          SELECT e.pg_name, e.pg_desc, e.collective_seq_id AS seq, e.rank, d.host, e.op, e.state,
+                 e.input_sizes::VARCHAR AS sizes, e.input_dtypes::VARCHAR AS dtypes, e.time_created_ns AS t,
+                 e.entry_index
+          FROM entries e JOIN d USING (dump_id)
+          WHERE e.job = $job AND e.attempt = $attempt AND NOT e.is_p2p AND e.collective_seq_id IS NOT NULL
+            AND NOT {END_MARKER.replace("op ", "e.op ")}
+            AND ($ranks::INTEGER[] IS NULL OR list_contains($ranks::INTEGER[], e.rank))
+            AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], e.pg_name)
+                 OR list_contains($pgs::VARCHAR[], e.pg_desc))
+            AND ($lo::BIGINT IS NULL OR e.collective_seq_id >= $lo) AND ($hi::BIGINT IS NULL OR e.collective_seq_id <= $hi)
+          QUALIFY row_number() OVER (PARTITION BY e.pg_name, e.collective_seq_id, e.rank ORDER BY e.entry_index) = 1
+        ), keys AS (
+          SELECT pg_name, seq, min(t) AS t0 FROM e GROUP BY ALL ORDER BY min(t), pg_name, seq LIMIT $limit
+        )
+        SELECT e.pg_name, e.pg_desc, e.seq, e.rank, e.host, e.op, e.state, e.sizes, e.dtypes,
+               round((e.t - keys.t0) / 1e6, 3) AS late_ms
+        FROM e JOIN keys USING (pg_name, seq)
+        ORDER BY keys.t0, e.pg_name, e.seq, e.rank
+        """,
+        {"job": job, "attempt": attempt, "ranks": list(flt.ranks) if flt.ranks else None,
+         "pgs": list(flt.pgs) if flt.pgs else None, "lo": flt.seq_from, "hi": flt.seq_to, "limit": limit},
+    ).fetchall()
+    members: dict[str, set[int]] = {}
+    for pg, rank in con.execute(
+        """SELECT pg_name, unnest(ranks) FROM groups WHERE job = $job AND attempt = $attempt AND ranks IS NOT NULL
+           UNION SELECT pg_name, rank FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p""",
+        {"job": job, "attempt": attempt},
+    ).fetchall():
+        members.setdefault(pg, set()).add(rank)
+    collectives: dict[tuple[str, int], dict] = {}
+    ranks: dict[int, str | None] = dict(con.execute(
+        "SELECT rank, any_value(host) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank",
+        {"job": job, "attempt": attempt}).fetchall())
+    for pg, desc, seq, rank, _host, op, state, sizes, dtypes, late in rows:
+        c = collectives.setdefault((pg, seq), {"pg": pg, "pg_desc": desc, "seq": seq, "ops": set(), "cells": {}})
+        c["ops"].add(op)
+        c["cells"][rank] = {"op": op, "state": state, "sizes": sizes, "dtypes": dtypes, "late_ms": late}
+    shown = sorted(ranks) if not flt.ranks else sorted(set(flt.ranks))
+    out = []
+    for c in collectives.values():
+        ops = sorted(o for o in c.pop("ops") if o is not None)
+        out.append({**c, "op": "/".join(ops), "agree": len({(v["op"], v["sizes"], v["dtypes"])
+                                                           for v in c["cells"].values()}) == 1,
+                    "missing": [r for r in shown if r not in c["cells"] and r in members.get(c["pg"], ())],
+                    "members": sorted(members.get(c["pg"], ()))})
+    return {"job": job, "attempt": attempt, "ranks": [{"rank": r, "host": ranks.get(r)} for r in shown],
+            "collectives": out, "truncated": len(collectives) >= limit}
+
+
+def stack_diff(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
+    """Where each rank stands (its first unfinished entry, else its last),
+    grouped by stack: the largest group first, so the ranks at another frame
+    than the rest stand out. Each group: its top user frame, its frames and
+    its ranks."""
+    ev = load(con, job, attempt)
+    by_stack: dict[int | None, list[int]] = {}
+    for rank, last in sorted(ev.last.items()):
+        by_stack.setdefault(last.stack_id, []).append(rank)
+    frames = stacks(con, [s for s in by_stack if s is not None])
+    groups = []
+    for sid, members in by_stack.items():
+        stuck = ev.last[members[0]]
+        groups.append({"ranks": members, "hosts": sorted({ev.hosts.get(r) for r in members if ev.hosts.get(r)}),
+                       "top_frame": top_frame(frames.get(sid)) if sid is not None else None,
+                       "op": stuck.op, "pg": stuck.pg, "pg_desc": stuck.pg_desc,
+                       "frames": frames.get(sid) or [], "stack_id": sid})
+    groups.sort(key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
+    for i, g in enumerate(groups):
+        g["odd_one_out"] = i > 0 and len(g["ranks"]) < len(groups[0]["ranks"])
+    return groups

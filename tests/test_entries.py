@@ -1,0 +1,59 @@
+"""One attempt, closely: the collectives with ranks side by side (torch's -j,
+--selected-ranks, --pg-filters) and where each rank stands, grouped by stack."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from frlake.cli.main import app
+from frlake.server import create_app
+from frlake.server.config import ServerConfig
+from frlake.session import Frlake
+
+runner = CliRunner()
+HANG = ("job-223715", 0)  # rank 1 never joined tp 1's all_gather at seq 4
+
+
+def test_the_hang_shows_the_member_that_never_enqueued_and_the_odd_stack(corpus_lake):
+    with Frlake(corpus_lake) as fl:
+        view = fl.entries(*HANG)
+        stacks = fl.stack_diff(*HANG)
+    (at_hang,) = [c for c in view["collectives"] if (c["pg"], c["seq"]) == ("1", 4)]
+    assert at_hang["members"] == [0, 1] and at_hang["missing"] == [1] and set(at_hang["cells"]) == {0}
+    assert [r["rank"] for r in view["ranks"]] == [0, 1, 2, 3]
+    odd = [g for g in stacks if g["odd_one_out"]]
+    assert [g["ranks"] for g in odd] == [[1]], stacks
+    assert stacks[0]["ranks"] == [0, 2, 3] and stacks[0]["op"] == "all_gather"
+
+
+def test_filters_by_rank_group_and_window(corpus_lake):
+    from frlake.query.entries import EntryFilter
+
+    with Frlake(corpus_lake) as fl:
+        view = fl.entries(*HANG, EntryFilter(ranks=(0, 1), pgs=("tp",), seq_from=3, seq_to=4))
+    assert [(c["pg_desc"], c["seq"]) for c in view["collectives"]] == [("tp", 3), ("tp", 4)]
+    assert [r["rank"] for r in view["ranks"]] == [0, 1]
+
+
+def test_the_cli_and_the_api_give_the_same_view(corpus_lake):
+    cli = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", HANG[0], "--attempt", "0",
+                              "--ranks", "0-3", "--seq", "4:", "-f", "json"])
+    assert cli.exit_code == 0, cli.output
+    from_cli = json.loads(cli.output)
+    client = create_app(ServerConfig(corpus_lake)).test_client()
+    api = client.get(f"/api/jobs/{HANG[0]}/attempts/0/entries?ranks=0-3&seq=4:").get_json()
+    assert api["collectives"] == from_cli["collectives"] and api["stacks"] == from_cli["stacks"]
+    page = client.get(f"/jobs/{HANG[0]}/attempts/0/entries?seq=4:")
+    assert page.status_code == 200 and b"another frame than the rest" in page.data
+
+
+def test_bad_windows_and_ranks_are_clear_errors(corpus_lake):
+    bad = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", HANG[0], "--seq", "x:y"])
+    assert bad.exit_code == 2 and "A:B" in bad.output
+    client = create_app(ServerConfig(corpus_lake)).test_client()
+    answer = client.get(f"/api/jobs/{HANG[0]}/attempts/0/entries?ranks=a-b")
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "bad_request"
+    missing = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", "job-NOPE"])
+    assert missing.exit_code == 1 and "no dumps of job" in missing.output
