@@ -232,16 +232,17 @@ class Frlake:
             return stack_diff(con, job, attempt)
 
     # -- reports ----------------------------------------------------------------
-    def report(self, name: str, window=None, limit: int | None = None) -> list[dict]:
+    def report(self, name: str, window=None, limit: int | None = None, **params) -> list[dict]:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row
-        with its evidence."""
+        with its evidence; ``params`` go to reports that take them (drain's
+        ``policy``)."""
         from frlake.query.reports import REPORTS, Window
 
         if name not in REPORTS:
             raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
         spec = REPORTS[name]
         with self._connection(catalog_views=spec.views) as con:
-            return spec.run(con, window or Window(), limit)
+            return spec.run(con, window or Window(), limit, **params)
 
 
 def _lake_exists(settings: Settings) -> bool:

@@ -167,6 +167,12 @@ class Report:
     views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
 
 
+def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None, policy=None) -> list[dict]:
+    from frlake.query.drain import DrainPolicy, drain
+
+    return drain(con, window, limit, policy or DrainPolicy())
+
+
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", flaky_hosts, "Flaky hosts", "Which hosts should we drain?",
            ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts"),
@@ -175,4 +181,7 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            "slow_ranks.html", "Slow ranks"),
     Report("hangs", hangs, "Recurring hangs", "How many hangs were the same stall?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"), "hangs.html", "Hangs"),
+    Report("drain", _drain, "Drain list", "Which hosts should we avoid or exclude now, and why?",
+           ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
+           views=("attempts", "culprits")),
 )}
