@@ -52,3 +52,54 @@ def write(root: Path, attempts: list[Attempt]) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(pickle.dumps(dump, protocol=4))
     return root
+
+
+@dataclass
+class TimedAttempt:
+    """An NCCL attempt with timing (duration_ms): ``groups`` maps a group name
+    to its description and ranks; every collective of a group that crosses a
+    host in ``slow_links`` takes ``slowdown`` times longer; hosts in
+    ``late_watchdog`` discover completions late (their duration is right)."""
+
+    job: str
+    attempt: int
+    started: datetime
+    hosts: list[str]
+    groups: dict[str, tuple[str, list[int]]]
+    slow_links: set[str] = field(default_factory=set)
+    late_watchdog: set[str] = field(default_factory=set)
+    slowdown: float = 3.0
+    steps: int = 12
+
+
+def write_timed(root: Path, attempts: list[TimedAttempt]) -> Path:
+    for a in attempts:
+        t0 = int(a.started.timestamp() * 1e9)
+        config = {name: {"name": name, "desc": desc, "ranks": json.dumps(ranks)} for name, (desc, ranks) in a.groups.items()}
+        for rank, host in enumerate(a.hosts):
+            entries = []
+            for step in range(1, a.steps + 1):
+                for pg_id, (name, (desc, ranks)) in enumerate(sorted(a.groups.items())):
+                    if rank not in ranks:
+                        continue
+                    slow = any(a.hosts[r] in a.slow_links for r in ranks)
+                    duration = 10.0 * (a.slowdown if slow else 1.0) * (1 + 0.03 * ((step * 7 + pg_id) % 5))
+                    t = t0 + step * 200_000_000 + pg_id * 40_000_000 + rank * 10_000
+                    lag = 50_000_000 if host in a.late_watchdog else 200_000
+                    started = t + 100_000
+                    entries.append({
+                        "record_id": len(entries), "pg_id": pg_id, "process_group": (name, desc),
+                        "collective_seq_id": step, "p2p_seq_id": 0, "op_id": step,
+                        "profiling_name": "nccl:all_reduce", "time_created_ns": t, "duration_ms": duration,
+                        "input_sizes": [[4096]], "input_dtypes": ["Float"], "output_sizes": [[4096]],
+                        "output_dtypes": ["Float"], "state": "completed", "time_discovered_started_ns": started,
+                        "time_discovered_completed_ns": started + int(duration * 1e6) + lag, "retired": True,
+                        "timeout_ms": 600000, "is_p2p": False, "thread_id": "1", "thread_name": "pt_main_thread",
+                        "frames": [{"name": "train_step", "filename": "train.py", "line": 42}],
+                    })
+            dump = {"version": "2.10", "comm_lib_version": "2.21.5", "entries": entries, "pg_config": config,
+                    "pg_status": {}}
+            path = root / a.job / f"attempt-{a.attempt}" / host / f"rank_{rank}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(pickle.dumps(dump, protocol=4))
+    return root

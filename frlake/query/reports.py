@@ -173,6 +173,12 @@ def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = N
     return drain(con, window, limit, policy or DrainPolicy())
 
 
+def _slow_links(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None) -> list[dict]:
+    from frlake.query.links import slow_links
+
+    return slow_links(con, window, limit)
+
+
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", flaky_hosts, "Flaky hosts", "Which hosts should we drain?",
            ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts"),
@@ -184,4 +190,7 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("drain", _drain, "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
            views=("attempts", "culprits")),
+    Report("slow-links", _slow_links, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
+           ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
+            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",)),
 )}
