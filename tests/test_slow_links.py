@@ -4,7 +4,7 @@ watchdog is not a slow link."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,7 @@ from frlake.session import Frlake
 from tests.fleet import TimedAttempt, write_timed
 from tests.helpers import ingest
 
-START = datetime(2026, 11, 2, tzinfo=timezone.utc)
+START = datetime(2026, 11, 2, tzinfo=UTC)
 
 
 def _attempt(job: str, n: int, order: list[int]) -> TimedAttempt:
