@@ -153,7 +153,7 @@ HEALTH = pa.schema(
         ("rank", pa.int32()),
         ("host", pa.string()),
         ("snapshot_ns", pa.int64()),
-        ("check", pa.string()),  # gpu | nic | ...
+        ("check_name", pa.string()),  # gpu | nic | ...
         ("status", pa.string()),  # as recorded: Healthy | Failed
         ("healthy", pa.bool_()),
         ("output", pa.string()),  # the check's captured log

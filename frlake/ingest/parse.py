@@ -228,7 +228,7 @@ def _health(results: object, budget: Budget, limits: Limits) -> list[dict]:
             raise DumpRejected("bad_schema", f"health check {name[:80]!r} is a {type(value).__name__}, not a dict")
         status, output = value.get("status"), value.get("output")
         rows.append({
-            "check": name,
+            "check_name": name,
             "status": None if status is None else short_str(status, "health status", limits),
             "healthy": None if status is None else str(status).strip().lower() in ("healthy", "ok", "pass", "passed"),
             "output": None if output is None else storable_output(output, budget, limits),

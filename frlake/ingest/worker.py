@@ -192,6 +192,9 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     for src in sources:
         data, sha = _read(src, ctx.limits, result)
         loaded.append((src, data, sha))
+    # a snapshot's key: its bytes and the time its name carries (a stuck rank's periodic dumps are
+    # byte-identical, and each is a snapshot of its own)
+    loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
@@ -292,15 +295,25 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
     return _Dump(ident, parsed, encoding, tables, key)
 
 
+def snapshot_key(sha: str, path: str, data: bytes) -> str:
+    """The key of a file's bytes: their sha256, or, when its name carries a
+    time (``trace_rank_3_1730000000``), the sha256 of the bytes and that time."""
+    named = name_time_ns(path)
+    if named is None:
+        return sha
+    return hashlib.sha256(data + f"\0frlake-snapshot\0{named}".encode()).hexdigest()
+
+
 def dump_key(sha: str, data: bytes, parsed: ParsedDump, ident: Identity) -> str:
-    """A dump's key: the sha256 of its bytes. A dump without entries (taken
+    """A dump's key: the sha256 of its bytes (with its name's time, see
+    :func:`snapshot_key`). A dump without entries (taken
     with includeCollectives=False, or onlyActive with nothing active) holds
     nothing of its writer, so every rank of a job may write the same bytes:
     its key is the sha256 of the bytes and its identity, so that each rank's
     copy is kept (``raw/`` keeps the bytes under that key)."""
     if parsed.n_entries:
         return sha
-    who = f"\0frlake-identity\0{ident.job}\0{ident.attempt}\0{ident.host}\0{ident.rank}".encode("utf-8", "surrogateescape")
+    who = f"\0frlake-identity\0{sha}\0{ident.job}\0{ident.attempt}\0{ident.host}\0{ident.rank}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(data + who).hexdigest()
 
 
