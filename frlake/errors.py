@@ -24,6 +24,8 @@ REJECT_REASONS: dict[str, str] = {
     "bad_text": "a string that is not valid Unicode (an unpaired surrogate)",
     "over_memory_budget": "reading it needs more memory than the per-worker budget",
     "unknown_identity": "its job, attempt, host or rank cannot be told",
+    "rank_outside_world": "its rank is outside the world its own pg_config describes",
+    "debug_server_text": "a torch debug server text report frlake does not read (fr_trace_<ts>.txt: derived from the dumps)",
     "unreadable": "the file cannot be read",
     "bad_archive": "a tar archive that cannot be read",
     "worker_killed": "its worker process was stopped (CPU budget or the kernel)",

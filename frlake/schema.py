@@ -124,6 +124,59 @@ PG_STATUS = pa.schema(
 )
 
 FRAME = pa.struct([("name", pa.string()), ("filename", pa.string()), ("line", pa.int64())])
+COMPLETED = pa.struct([("pg", pa.string()), ("seq", pa.int64())])
+
+# One row per dump: when it was written and what moment it shows (a table of its own, so the files of
+# ``dumps`` keep one schema; docs/lake.md "Schema evolution").
+SNAPSHOTS = pa.schema(
+    [
+        ("dump_id", pa.int64()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("written_ns", pa.int64()),  # when the file was written: a time in its name, else its mtime
+        ("written_from", pa.string()),  # file_name | mtime
+        ("snapshot_ns", pa.int64()),  # the moment it shows: a time in its name, else its newest entry, else mtime
+        ("snapshot_from", pa.string()),  # file_name | newest_entry | mtime
+        ("has_entries", pa.bool_()),  # False: no 'entries' key (onlyActive with nothing active, no collectives)
+        ("n_pending", pa.int64()),  # collectives not completed when it was written
+        ("oldest_pending_ns", pa.int64()),  # time_created of the oldest of them
+        ("timeout_ms", pa.int64()),  # the largest timeout of its entries
+        ("overdue", pa.bool_()),  # a pending entry was older than its timeout when the dump was written
+        ("last_completed", pa.list_(COMPLETED)),  # per group, the last completed collective sequence id
+    ]
+)
+
+# nvidia-resiliency-ext's collector: one row per check of a dump's health_check_results.
+HEALTH = pa.schema(
+    [
+        ("dump_id", pa.int64()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("snapshot_ns", pa.int64()),
+        ("check_name", pa.string()),  # gpu | nic | ...
+        ("status", pa.string()),  # as recorded: Healthy | Failed
+        ("healthy", pa.bool_()),
+        ("output", pa.string()),  # the check's captured log
+    ]
+)
+
+# The torch debug server's stacks_<ts>.txt (faulthandler) and pyspy_dump_<ts>.txt: one row per thread.
+LIVE_STACKS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("host", pa.string()),  # from the block's header, http://<host>:<port>/handler/...
+        ("snapshot_ns", pa.int64()),  # the time in the file name, else its mtime
+        ("source", pa.string()),  # faulthandler | py-spy
+        ("source_path", pa.string()),
+        ("sha256", pa.string()),
+        ("thread_index", pa.int32()),  # its position in the rank's block (faulthandler lists the main thread last)
+        ("thread", pa.string()),  # as the header names it (id, and py-spy's name)
+        ("current", pa.bool_()),  # faulthandler's "Current thread" (the handler's own thread)
+        ("depth", pa.int32()),
+        ("frames", pa.list_(FRAME)),  # innermost first, like the stacks table
+        ("error", pa.string()),  # the block's text when the rank did not answer (e.g. "Error: 404")
+    ]
+)
 
 STACKS = pa.schema(
     [
@@ -139,6 +192,30 @@ TABLES: dict[str, pa.Schema] = {
     "groups": GROUPS,
     "pg_status": PG_STATUS,
     "stacks": STACKS,
+    "snapshots": SNAPSHOTS,
+    "health": HEALTH,
+    "live_stacks": LIVE_STACKS,
 }
 
-PARTITIONED = ("dumps", "entries", "groups", "pg_status")
+PARTITIONED = ("dumps", "entries", "groups", "pg_status", "snapshots", "health", "live_stacks")
+
+
+# Progress between the snapshots of each rank (the derived view ``rank_progress``, docs/schema.md):
+# ``moving`` when its last completed sequence ids changed since its previous snapshot, ``stuck`` when they
+# did not across snapshots further apart than its timeout, ``unchanged`` when closer, ``first`` for the first.
+RANK_PROGRESS_SQL = """
+    WITH s AS (
+      SELECT job, attempt, rank, host, dump_id, snapshot_ns, timeout_ms, last_completed,
+             lag(last_completed) OVER w AS previous_completed, lag(snapshot_ns) OVER w AS previous_snapshot_ns,
+             row_number() OVER w AS snapshot_index, count(*) OVER (PARTITION BY job, attempt, rank) AS snapshots
+      FROM snapshots {where}
+      WINDOW w AS (PARTITION BY job, attempt, rank ORDER BY snapshot_ns NULLS FIRST, dump_id)
+    )
+    SELECT job, attempt, rank, host, dump_id, snapshot_index, snapshots, snapshot_ns, previous_snapshot_ns,
+           CASE WHEN previous_snapshot_ns IS NULL THEN 'first'
+                WHEN last_completed IS DISTINCT FROM previous_completed THEN 'moving'
+                WHEN timeout_ms IS NOT NULL AND snapshot_ns - previous_snapshot_ns > timeout_ms * 1000000 THEN 'stuck'
+                ELSE 'unchanged' END AS progress,
+           last_completed, previous_completed
+    FROM s
+"""

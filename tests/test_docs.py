@@ -50,13 +50,13 @@ def test_every_column_is_documented(table):
 
 @pytest.mark.slow
 def test_example_queries_run(tmp_path, corpus):
-    """Every example answers something on the corpus beside a few bad files."""
+    """Every example answers something on the corpus and the producer fixtures, beside a few bad files."""
     import frlake
     from frlake.config import Settings
     from tests.helpers import FIXTURES, ingest
 
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus, FIXTURES / "bad"], settings)
+    ingest([corpus, FIXTURES / "bad", FIXTURES / "producers"], settings)
     con = frlake.connect(settings.lake, settings.db_url)
     blocks = re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)
     queries = [q.strip() for block in blocks for q in block.split(";") if q.strip()]

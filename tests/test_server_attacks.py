@@ -247,7 +247,7 @@ def _bomb(dump: bytes | None = None) -> bytes:
             member.size = BOMB_MEMBER_BYTES
             tar.addfile(member, io.BufferedReader(_Repeat(zeros, member.size), 1 << 20))
         if dump is not None:
-            member = tarfile.TarInfo("job/attempt-0/h/rank_9")
+            member = tarfile.TarInfo("job/attempt-0/h2/rank_1")  # a rank of the dump's own 4-rank world
             member.size = len(dump)
             tar.addfile(member, io.BytesIO(dump))
     return buf.getvalue()

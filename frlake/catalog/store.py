@@ -251,15 +251,18 @@ class Catalog:
         dumps: Sequence[DumpRecord],
         files: Sequence[FileRecord],
         stack_ids: Sequence[int] = (),
+        touched: Sequence[tuple[str, int]] = (),
     ) -> None:
         """One transaction: the dumps, the files that produced them, and the
         Parquet files that hold their rows become visible together, and the
-        attempts they join go up one revision (their diagnosis is pending)."""
+        attempts they join (and the ``touched`` ones, which received rows but
+        no dump: the debug server's live stacks) go up one revision (their
+        diagnosis is pending)."""
         now = utcnow()
         with self.session(write=True) as s:
             if stack_ids:
                 s.execute(insert(StackId), [{"stack_id": i} for i in stack_ids])
-            attempt_ids = self._attempt_ids(s, dumps, now)
+            attempt_ids = self._attempt_ids(s, dumps, now, touched)
             if dumps:
                 s.execute(insert(Dump), [
                     {"sha256": d.sha256, "dump_id": d.dump_id, "attempt_id": attempt_ids[(d.job, d.attempt)],
@@ -271,9 +274,10 @@ class Catalog:
             for chunk in _chunks(list(lake_file_ids)):
                 s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed"))
 
-    def _attempt_ids(self, s, dumps: Sequence[DumpRecord], now: datetime) -> dict[tuple[str, int], int]:
+    def _attempt_ids(self, s, dumps: Sequence[DumpRecord], now: datetime,
+                     touched: Sequence[tuple[str, int]] = ()) -> dict[tuple[str, int], int]:
         ids: dict[tuple[str, int], int] = {}
-        spans: dict[tuple[str, int], list] = {}
+        spans: dict[tuple[str, int], list] = {key: [None, None] for key in touched}
         for d in dumps:
             span = spans.setdefault((d.job, d.attempt), [None, None])
             if d.first_ns is not None:

@@ -75,11 +75,16 @@ def render_report(diag: Diagnosis) -> None:
         console.print(f"  expected {root.expected}, found {root.found}")
     if root.lateness_ms is not None:
         console.print(f"  typically {root.lateness_ms:.1f} ms late")
+    if root.evidence:
+        console.print(f"  [yellow]weaker evidence ({root.evidence.replace('_', ' ')})[/]: {root.detail}", highlight=False)
     if root.stack:
-        console.print("  stack (innermost first):")
-        for f in root.stack[:12]:
-            short = "/".join(str(f.get("filename") or "").split("/")[-3:])
-            console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True)
+        console.print("  FR stack, its last collective (innermost first):")
+        _print_frames(root.stack)
+    if root.live_stack:
+        live = root.live_stack
+        console.print(f"  live stack from the debug server ({live.get('source')}, thread {live.get('thread')}, "
+                      f"{format_ns(live.get('snapshot_ns'))}; innermost first):", highlight=False)
+        _print_frames(live.get("frames") or [])
     if len(diag.culprits) > 1:
         table = Table(title="Also involved", title_justify="left")
         for col in ("rank", "host", "reason", "role", "group", "seq", "op"):
@@ -97,6 +102,18 @@ def render_report(diag: Diagnosis) -> None:
             table.add_row(f"{g['pg_desc'] or ''} {g['pg']}", str(len(g["ranks"])), str(g["frontier"]),
                           ", ".join(f"{r}@{_seq(g['last_enqueued'][str(r)])}" for r in g["behind"][:16]))
         console.print(table)
+
+
+def _print_frames(frames: list[dict]) -> None:
+    for f in frames[:12]:
+        short = "/".join(str(f.get("filename") or "").split("/")[-3:])
+        console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True)
+
+
+def format_ns(ns: int | None) -> str:
+    from datetime import UTC, datetime
+
+    return "time unknown" if ns is None else datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _seq(value: int | None) -> str:

@@ -11,7 +11,7 @@ from collections import defaultdict
 import duckdb
 
 from frlake.diagnose import hang, mismatch, straggler
-from frlake.diagnose.evidence import Evidence, load, stacks
+from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
 from frlake.diagnose.model import Culprit, Diagnosis, Verdict
 
 
@@ -23,11 +23,16 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
     hosts = _hosts_with_inferred(ev)
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
-                     several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())])
+                     several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
+                     timing=ev.timing.to_dict(), progress=ev.progress)
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
 
     mismatches = mismatch.find(con, ev)
-    stalls = hang.stalls(ev)
+    # a periodic snapshot whose pending collectives are all younger than their timeout shows a job at
+    # work: ranks waiting there wait for peers on their way, not for a hung rank
+    stalls = [] if ev.timing.in_flight else hang.stalls(ev)
+    if not mismatches and not any(s.role == "root" for s in stalls):
+        stalls = hang.pending_tail(ev) or stalls
     stalled = any(s.role == "root" for s in stalls)
     if not mismatches and not stalled:
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
@@ -61,6 +66,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
                                         f"unexplained late arrivals")]
     _attach_stacks(con, diag)
+    _attach_live_stacks(con, diag)
     diag.summary = summarize(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
@@ -69,9 +75,24 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
 def _stall_culprit(s: hang.Stall, hosts: dict[int, str], stack_of_last: dict[int, int | None],
                    role: str | None = None) -> Culprit:
     detail = (f"{s.waiters} rank(s) wait for it" if s.role == "root" else "behind, waiting for another rank")
+    if s.evidence == "pending_tail":
+        detail = (f"weaker evidence (pending tail): every rank's first unfinished collective had all its members, "
+                  f"but the job hung (a collective pending longer than its timeout when the dumps were written) "
+                  f"and this rank never enqueued seq {s.seq}, the newest collective {s.waiters} member(s) of its "
+                  f"group hold pending")
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=s.pg,
                    pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters, stack_id=stack_of_last.get(s.rank),
-                   detail=detail)
+                   detail=detail, evidence=s.evidence)
+
+
+def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
+    """Beside its FR stack (its last collective), the culprit's live stack from the torch debug server
+    (where it really was: a data loader, a checkpoint), for the root causes."""
+    roots = sorted({c.rank for c in diag.culprits if c.role == "root"})
+    live = live_stacks(con, diag.job, diag.attempt, roots)
+    for c in diag.culprits:
+        if c.role == "root" and c.rank in live:
+            c.live_stack = live[c.rank]
 
 
 def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
@@ -84,6 +105,8 @@ def _hosts_with_inferred(ev: Evidence) -> dict[int, str]:
     """Hosts of dumped ranks; for a rank without a dump, the host of its block
     of consecutive ranks when every dumped block lives on one host."""
     hosts = dict(ev.hosts)
+    for r, h in ev.live_hosts.items():  # the debug server's rank -> host map (its stacks files' headers)
+        hosts.setdefault(r, h)
     missing = [r for r in ev.world if r not in hosts]
     if not missing:
         return hosts
@@ -126,6 +149,10 @@ def summarize(d: Diagnosis) -> str:
                 f"sent {root.found}, the others {root.expected}.")
     if d.verdict is Verdict.HANG:
         what = "left no dump (crashed?)" if root.reason == "no_dump" else "never joined"
+        if root.evidence == "pending_tail":
+            return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never enqueued it "
+                    f"while {root.waiters} member(s) hold it pending (weaker evidence: from the pending tail, "
+                    f"the first unfinished collectives had all their members).")
         return f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} {what}; {root.waiters} rank(s) wait for it."
     if d.verdict is Verdict.STRAGGLER:
         return (f"{d.job} attempt {d.attempt}: straggler: rank {root.rank} on {host} arrives "

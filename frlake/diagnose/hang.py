@@ -27,6 +27,7 @@ class Stall:
     op: str | None
     waiters: int
     stopped_at: int | None
+    evidence: str | None = None  # "pending_tail": the weaker evidence of pending_tail()
 
 
 def waits_for(ev: Evidence) -> dict[int, set[int]]:
@@ -109,3 +110,24 @@ def stalls(ev: Evidence) -> list[Stall]:
         victims.append(Stall(rank, "victim", "missing", at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank),
                              ev.last[rank].t if rank in ev.last else None))
     return out + victims
+
+
+def pending_tail(ev: Evidence) -> list[Stall]:
+    """The weaker evidence, for a job that hung (a collective pending longer
+    than its timeout when the dump was written) although every rank's first
+    unfinished collective had all its members: further down the ranks'
+    pending tails, the members missing from their group's newest pending
+    collective. Torch's analyzer names the same ranks (the first collective
+    some member never enqueued)."""
+    if not ev.timing.overdue:
+        return []
+    found: dict[int, Stall] = {}
+    for pg, tail in sorted(ev.pending_tail.items()):
+        missing = [m for m in ev.members.get(pg, [])
+                   if m not in tail.waiting and m in ev.hosts
+                   and ev.last_seq.get((m, pg), -1) < tail.seq and not _unknown(ev, m, pg, tail.seq)]
+        for m in missing:
+            if m not in found or len(tail.waiting) > found[m].waiters:
+                found[m] = Stall(m, "root", "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
+                                 ev.last[m].t if m in ev.last else None, evidence="pending_tail")
+    return sorted(found.values(), key=lambda s: (-s.waiters, s.rank))

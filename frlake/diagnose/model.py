@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 1
+ALGORITHM_VERSION = 2
 
 
 class Verdict(str, Enum):
@@ -73,6 +73,8 @@ class Culprit:
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
+    evidence: str | None = None  # how strong: None (direct), "pending_tail" (weaker: see docs/diagnose.md)
+    live_stack: dict | None = None  # its newest live stack from the debug server: source, thread, frames, ...
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -97,6 +99,9 @@ class Diagnosis:
     rank_lateness: list[dict] = field(default_factory=list)
     # ranks claimed by more than one dump, {"rank": r, "dumps": n}: the newest dump of each was used
     several_dumps: list[dict] = field(default_factory=list)
+    # what the dumps' times say (overdue ranks, in flight) and each rank's progress between its snapshots
+    timing: dict = field(default_factory=dict)
+    progress: list[dict] = field(default_factory=list)
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

@@ -107,3 +107,14 @@ def storable_text(value: str, name: str) -> str:
         except UnicodeEncodeError:
             raise DumpRejected("bad_text", f"{name} holds an unpaired surrogate, which UTF-8 cannot store") from None
     return value
+
+
+def storable_output(value: object, budget: Budget, limits: Limits) -> str:
+    """A captured log (a health check's output): text, cut to the string
+    limit (the start of a log says what failed), storable as UTF-8."""
+    if not isinstance(value, str):
+        raise DumpRejected("bad_schema", f"a health check's output is a {type(value).__name__}, not text")
+    budget.spend(len(value) // 16, "a health check's output")
+    if len(value) > limits.max_string:
+        value = value[: limits.max_string - 1] + "\u2026"
+    return storable_text(value, "a health check's output")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from frlake.errors import DumpRejected, FrlakeError
@@ -26,6 +27,14 @@ _GROUP = {
     "*": r"[^/]*?",
 }
 _TRAILING_DIGITS = re.compile(r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$")
+# "rank_3", "rank-3", "rank3" anywhere in the file name: the number after the last "rank" (torch's
+# prefixes end in "rank_"; a dynamic TORCH_FR_DUMP_TEMP_FILE may put a timestamp after it).
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)(?!.*rank[_-]?\d)", re.IGNORECASE)
+# A time in a file name: epoch seconds, ms, us or ns (10, 13, 16 or 19 digits), or YYYYMMDD[_-]HHMMSS
+# (read as UTC), each standing alone between separators.
+_EPOCH_IN_NAME = re.compile(r"(?<![0-9])(\d{10}|\d{13}|\d{16}|\d{19})(?![0-9])")
+_DATE_IN_NAME = re.compile(r"(?<![0-9])(\d{8})[_-]?(\d{6})(?![0-9])")
+_EPOCH_RANGE_S = (946684800, 4102444800)  # 2000-01-01 .. 2100-01-01
 _MAX_NAME = 512
 # Bounds on a layout, so that matching a path costs a bounded amount per path
 # component (a regular expression with many lazy placeholders side by side
@@ -128,6 +137,26 @@ class Layout:
                 return {k: v for k, v in found.items() if v is not None}
         return {}
 
+    def match_folders(self, path: str, levels: tuple[int, ...] = (1,)) -> dict[str, str]:
+        """What the template's folders say when its last ``level`` components
+        do not match: the folders of ``job/attempt-0/host/trace_rank_3_1730000000``
+        (level 1), or of a debug server's ``job/attempt-0/stacks_<ts>.txt``
+        (level 2: the file sits where the host folder would be)."""
+        components = path.replace("\\", "/").replace("::", "/").split("/")[:-1]
+        for level in levels:
+            n = len(self._parts) - level
+            if n <= 0 or len(components) < n:
+                continue
+            found: dict[str, str] = {}
+            for part, component in zip(self._parts[:n], components[len(components) - n:]):
+                m = part.fullmatch(component) if len(component) <= _MAX_COMPONENT else None
+                if m is None:
+                    break
+                found.update(m.groupdict())
+            else:
+                return {k: v for k, v in found.items() if v is not None}
+        return {}
+
 
 def _without_suffixes(name: str) -> list[str]:
     """``rank_3.json.gz`` -> ``rank_3``, ``rank_3.json``, ``rank_3.json.gz``:
@@ -186,7 +215,7 @@ class IdentityResolver:
 
     def resolve(self, path: str, from_dump: dict[str, object]) -> Identity:
         o = self.options
-        from_path = self.layout.match(path)
+        from_path = self.layout.match(path) or self.layout.match_folders(path)
         found: dict[str, object] = {}
         for what, explicit in (("job", o.job), ("attempt", o.attempt), ("host", o.host), ("rank", o.rank)):
             for value in (explicit, from_dump.get(what), from_path.get(what)):
@@ -194,10 +223,7 @@ class IdentityResolver:
                     found[what] = value
                     break
         if "rank" not in found:
-            base = path.replace("\\", "/").rsplit("/", 1)[-1]
-            m = _TRAILING_DIGITS.search(base) if len(base) <= _MAX_COMPONENT else None
-            if m:
-                found["rank"] = m.group(1)
+            found.update(_rank_from_name(path, self.layout.template))
         rank = _as_int(found.get("rank"), "rank")
         if "host" not in found and o.hosts and rank is not None and rank in o.hosts:
             found["host"] = o.hosts[rank]
@@ -220,6 +246,63 @@ class IdentityResolver:
             host=_as_name(found["host"], "host"),
             rank=rank,
         )
+
+    def resolve_attempt(self, path: str) -> tuple[str, int]:
+        """The job and attempt of a file that is not one rank's dump (the
+        debug server's stacks files): from the options, else the layout's folders."""
+        o = self.options
+        from_path = self.layout.match(path) or self.layout.match_folders(path, (1, 2))
+        job = o.job if o.job else from_path.get("job")
+        attempt = o.attempt if o.attempt is not None else from_path.get("attempt")
+        if job is None or attempt is None:
+            raise DumpRejected(
+                "unknown_identity",
+                f"cannot tell the job and attempt of this debug server file (the folders of layout "
+                f"{self.layout.template!r} do not match its path); give --job and --attempt")
+        return _as_name(job, "job"), _as_int(attempt, "attempt")
+
+
+def _rank_from_name(path: str, template: str) -> dict[str, str]:
+    """The rank a file's name gives, never a timestamp: the number after
+    ``rank`` (``trace_rank_3_1730000000`` is rank 3), else the trailing digits
+    unless they are a time (``dump_1730000000`` is refused: give --layout)."""
+    base = path.replace("\\", "/").rsplit("/", 1)[-1]
+    if len(base) > _MAX_COMPONENT:
+        return {}
+    m = _RANK_IN_NAME.search(base)
+    if m:
+        return {"rank": m.group(1)}
+    m = _TRAILING_DIGITS.search(base)
+    if not m:
+        return {}
+    digits = m.group(1)
+    if name_time_ns(base) is not None and (len(digits) >= 10 or _DATE_IN_NAME.search(base)):
+        raise DumpRejected(
+            "unknown_identity",
+            f"the file name {base[:120]!r} ends in a time, not a rank (layout {template!r} does not match its path); "
+            "give --rank, or a --layout with {rank}, e.g. 'trace_{rank}_{*}'")
+    return {"rank": digits}
+
+
+def name_time_ns(name: str) -> int | None:
+    """The time a file's name carries (nanoseconds since the epoch), or None:
+    epoch seconds/ms/us/ns between 2000 and 2100, or ``YYYYMMDD_HHMMSS`` (UTC).
+    The last such time in the name wins (a rank or step number is never one:
+    it has fewer than 10 digits)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1][:_MAX_COMPONENT]
+    found: list[tuple[int, int]] = []
+    for m in _DATE_IN_NAME.finditer(base):
+        try:
+            dt = datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        found.append((m.start(), int(dt.timestamp()) * 1_000_000_000))
+    for m in _EPOCH_IN_NAME.finditer(base):
+        digits = m.group(1)
+        seconds = int(digits[:10])
+        if _EPOCH_RANGE_S[0] <= seconds < _EPOCH_RANGE_S[1]:
+            found.append((m.start(), int(digits) * 10 ** (19 - len(digits))))
+    return max(found)[1] if found else None
 
 
 def _as_int(value: object, what: str) -> int | None:

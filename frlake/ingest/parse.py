@@ -22,15 +22,22 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from frlake.errors import DumpRejected
-from frlake.ingest.checks import Budget, bounded_json, int64, ints_in_range, short_str
+from frlake.ingest.checks import Budget, bounded_json, int64, ints_in_range, short_str, storable_output
 from frlake.ingest.entries import entry_columns
 from frlake.ingest.limits import EXPANSION_FACTOR, Limits, machine_memory
 
 __all__ = ["EXPANSION_FACTOR", "Limits", "ParsedDump", "machine_memory", "parse_dump"]
 
 KNOWN_TOP_KEYS = frozenset(
-    {"entries", "version", "pg_config", "pg_status", "nccl_version", "comm_lib_version", "nccl_comm_state"}
+    {"entries", "version", "pg_config", "pg_status", "nccl_version", "comm_lib_version", "nccl_comm_state",
+     "health_check_results"}
 )
+# Without ``entries``, a dict is a Flight Recorder dump when it has one of these: torch writes no ``entries``
+# in a JSON dump whose list is empty (onlyActive with nothing active) nor in a pickle taken with
+# includeCollectives=False, but always its version and process groups.
+_FR_TOP_KEYS = ("version", "pg_config", "pg_status")
+# NVIDIA nvidia-resiliency-ext's collector: {"gpu": {"status", "output"}, "nic": {...}}
+_HEALTH_CHECKS = ("gpu", "nic")
 # Keys a self-describing dump may carry to name its own identity.
 IDENTITY_KEYS = {
     "job": ("job", "job_id", "job_name"),
@@ -53,6 +60,8 @@ class ParsedDump:
     pg_status: list[dict]
     extra: str | None
     n_entries: int = 0
+    has_entries: bool = True  # False: the dump has no ``entries`` key at all (see _FR_TOP_KEYS)
+    health: list[dict] = field(default_factory=list)  # {check, status, output} from health_check_results
     stats: dict[str, int | None] = field(default_factory=dict)
 
 
@@ -64,9 +73,11 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
         raw_entries = obj
     elif isinstance(obj, dict):
         top = obj
-        if "entries" not in top:
-            raise DumpRejected("not_flight_recorder", "the file has no 'entries': not a Flight Recorder dump")
-        raw_entries = top["entries"]
+        if "entries" not in top and not any(k in top for k in _FR_TOP_KEYS):
+            raise DumpRejected("not_flight_recorder",
+                               "the file has no 'entries', 'version', 'pg_config' or 'pg_status': "
+                               "not a Flight Recorder dump")
+        raw_entries = top.get("entries", [])
     else:
         raise DumpRejected("not_flight_recorder", f"the file holds a {type(obj).__name__}, not a Flight Recorder dump")
     if not isinstance(raw_entries, list):
@@ -102,6 +113,8 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
         pg_status=_pg_status(top.get("pg_status"), budget, limits),
         extra=bounded_json(extra_top, budget, limits) if extra_top else None,
         n_entries=len(raw_entries),
+        has_entries=not isinstance(obj, dict) or "entries" in top,
+        health=_health(top.get("health_check_results"), budget, limits),
         stats=_stats(entries),
     )
 
@@ -198,6 +211,28 @@ def _pg_status(status: object, budget: Budget, limits: Limits) -> list[dict]:
         rest = {k: v for k, v in value.items() if k not in _PG_STATUS_KEYS}
         row["extra"] = bounded_json(rest, budget, limits) if rest else None
         rows.append(row)
+    return rows
+
+
+def _health(results: object, budget: Budget, limits: Limits) -> list[dict]:
+    """nvidia-resiliency-ext's ``health_check_results``: one row per check (``gpu``, ``nic``, and any other
+    the collector adds), its status (``Healthy`` / ``Failed``) and the check's captured log."""
+    if results is None:
+        return []
+    results = _mapping(results, "health_check_results", budget)
+    rows = []
+    for check in sorted(results, key=lambda k: (k not in _HEALTH_CHECKS, str(k))):
+        name = short_str(check, "health check name", limits)
+        value = results[check]
+        if not isinstance(value, dict):
+            raise DumpRejected("bad_schema", f"health check {name[:80]!r} is a {type(value).__name__}, not a dict")
+        status, output = value.get("status"), value.get("output")
+        rows.append({
+            "check_name": name,
+            "status": None if status is None else short_str(status, "health status", limits),
+            "healthy": None if status is None else str(status).strip().lower() in ("healthy", "ok", "pass", "passed"),
+            "output": None if output is None else storable_output(output, budget, limits),
+        })
     return rows
 
 

@@ -377,13 +377,15 @@ class _Run:
         try:
             for s in result.staged:
                 self.lake.publish(Path(s.staged), s.rel_path)
-            self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files, sorted(new_stacks))
+            self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files, sorted(new_stacks),
+                                      sorted(result.touched))
         except BaseException:
             for s in result.staged:
                 self.lake.remove(s.rel_path)
             self.catalog.drop_lake_files(ids)
             raise
         self.touched.update((d.job, d.attempt) for d in result.dumps)
+        self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", self.batch, len(result.dumps), len(result.staged))
 
     def _drop_known(self, result: ChunkResult) -> None:
@@ -400,6 +402,9 @@ class _Run:
         kept = []
         for s in result.staged:
             table = pq.read_table(s.staged)
+            if "dump_id" not in table.column_names:  # live stacks: not a dump
+                kept.append(s)
+                continue
             table = table.filter(pc.invert(pc.is_in(table["dump_id"], value_set=pa.array(list(dropped), pa.int64()))))
             if table.num_rows:
                 restaged, size = self.lake.stage_table(table)

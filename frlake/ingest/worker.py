@@ -22,7 +22,8 @@ import pyarrow as pa
 from frlake import schema
 from frlake.catalog.store import Catalog, DumpRecord, FileRecord
 from frlake.errors import DumpRejected, safe_text
-from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver
+from frlake.ingest import livestacks
+from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_ns
 from frlake.ingest.parse import Limits, ParsedDump, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.sources import Source, read_regular_file
@@ -57,6 +58,7 @@ class ChunkResult:
     files: list[FileRecord] = field(default_factory=list)
     stacks: dict[int, list[dict]] = field(default_factory=dict)
     input_bytes: int = 0
+    touched: set[tuple[str, int]] = field(default_factory=set)  # attempts that got rows but no dump (live stacks)
 
 
 @contextmanager
@@ -177,6 +179,7 @@ class _Dump:
     parsed: ParsedDump
     encoding: str
     tables: dict[str, pa.Table]
+    key: str  # the dump's key in the catalog and under raw/: see dump_key
 
 
 def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> ChunkResult:
@@ -189,6 +192,9 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     for src in sources:
         data, sha = _read(src, ctx.limits, result)
         loaded.append((src, data, sha))
+    # a snapshot's key: its bytes and the time its name carries (a stuck rank's periodic dumps are
+    # byte-identical, and each is a snapshot of its own)
+    loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
@@ -199,7 +205,17 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         if sha in known or sha in seen:
             result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
             continue
+        kind = livestacks.debug_server_kind(src.key)
         try:
+            if kind is not None:
+                job, attempt, table = _read_live_stacks(resolver, src, data, sha, kind)
+                per_partition.setdefault((job, attempt), {}).setdefault("live_stacks", []).append(table)
+                result.touched.add((job, attempt))
+                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, job,
+                                               attempt, None, None))
+                seen.add(sha)
+                lake.store_raw(sha, data)
+                continue
             dump = _read_dump(ctx, resolver, src, data, sha, now)
         except DumpRejected as exc:
             reason, detail = exc.reason, exc.message
@@ -212,20 +228,24 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             reason, detail = "internal_error", (
                 f"frlake failed on this file ({type(exc).__module__}.{type(exc).__name__}); please report it")
         else:
-            seen.add(sha)
-            lake.store_raw(sha, data)
+            key = dump.key
+            if key != sha and (key in seen or _catalog(ctx).known_dumps([key])):
+                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, key, "duplicate"))
+                continue
+            seen.add(key)
+            lake.store_raw(key, data)
             ident, parsed = dump.ident, dump.parsed
             tables = per_partition.setdefault((ident.job, ident.attempt), {})
             for name, table in dump.tables.items():
                 tables.setdefault(name, []).append(table)
             result.stacks.update(parsed.stacks)
             result.dumps.append(
-                DumpRecord(sha, dump_id_of(sha), ident.job, ident.attempt, ident.rank, ident.host, parsed.version,
+                DumpRecord(key, dump_id_of(key), ident.job, ident.attempt, ident.rank, ident.host, parsed.version,
                            dump.encoding, len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
                            parsed.stats["last_time_created_ns"])
             )
             result.files.append(
-                FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, ident.job, ident.attempt,
+                FileRecord(src.key, src.size, src.mtime_ns, key, "ingested", None, None, ident.job, ident.attempt,
                            ident.host, ident.rank)
             )
             continue
@@ -239,6 +259,23 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     return result
 
 
+def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha: str,
+                      kind: str) -> tuple[str, int, pa.Table]:
+    """A debug server text file: live stacks (``stacks_*``, ``pyspy_dump_*``)
+    become rows of ``live_stacks``; the other handlers' files are skipped."""
+    if kind in livestacks.SKIPPED:
+        raise DumpRejected(
+            "debug_server_text",
+            f"a torch debug server {kind}_<time>.txt report: not read"
+            + (" (text tables derived from the per-rank dumps; ingest those dumps instead)" if kind == "fr_trace" else ""))
+    job, attempt = resolver.resolve_attempt(src.key)
+    snapshot = name_time_ns(src.key)
+    if snapshot is None:
+        snapshot = src.mtime_ns if src.mtime_ns and src.mtime_ns > 0 else None
+    rows = livestacks.rows(livestacks.parse(data, kind), kind, snapshot, src.key, sha)
+    return job, attempt, _convert("live stacks", pa.Table.from_pylist, rows, schema.LIVE_STACKS)
+
+
 def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data: bytes, sha: str,
                now: datetime) -> _Dump:
     """Decode, parse, resolve and convert one dump to Arrow tables, under its
@@ -250,10 +287,45 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
         parsed = parse_dump(obj, encoding, len(data), limits)
         del obj
         ident = resolver.resolve(src.key, parsed.identity)
-        tables = _dump_tables(parsed, dump_id_of(sha), sha, ident, encoding, src, len(data), ctx.run_id, now)
+        _check_world(ident, parsed)
+        key = dump_key(sha, data, parsed, ident)
+        tables = _dump_tables(parsed, dump_id_of(key), key, ident, encoding, src, len(data), ctx.run_id, now)
         if parsed.stacks:
             _convert("stacks", stacks_table, parsed.stacks)  # the parent builds the table of new stacks
-    return _Dump(ident, parsed, encoding, tables)
+    return _Dump(ident, parsed, encoding, tables, key)
+
+
+def snapshot_key(sha: str, path: str, data: bytes) -> str:
+    """The key of a file's bytes: their sha256, or, when its name carries a
+    time (``trace_rank_3_1730000000``), the sha256 of the bytes and that time."""
+    named = name_time_ns(path)
+    if named is None:
+        return sha
+    return hashlib.sha256(data + f"\0frlake-snapshot\0{named}".encode()).hexdigest()
+
+
+def dump_key(sha: str, data: bytes, parsed: ParsedDump, ident: Identity) -> str:
+    """A dump's key: the sha256 of its bytes (with its name's time, see
+    :func:`snapshot_key`). A dump without entries (taken
+    with includeCollectives=False, or onlyActive with nothing active) holds
+    nothing of its writer, so every rank of a job may write the same bytes:
+    its key is the sha256 of the bytes and its identity, so that each rank's
+    copy is kept (``raw/`` keeps the bytes under that key)."""
+    if parsed.n_entries:
+        return sha
+    who = f"\0frlake-identity\0{sha}\0{ident.job}\0{ident.attempt}\0{ident.host}\0{ident.rank}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(data + who).hexdigest()
+
+
+def _check_world(ident: Identity, parsed: ParsedDump) -> None:
+    """A rank outside the world its own process groups describe is refused:
+    a name that gave a wrong number (a timestamp, a step) must not be stored."""
+    ranks = [r for g in parsed.groups if g["ranks"] for r in g["ranks"]]
+    if ranks and ident.rank > max(ranks):
+        raise DumpRejected(
+            "rank_outside_world",
+            f"rank {ident.rank} is outside the world of {max(ranks) + 1} ranks its pg_config describes; "
+            "give the rank with --rank or a --layout with {rank}")
 
 
 def _convert(what: str, build, *args) -> pa.Table:
@@ -324,7 +396,73 @@ def _dump_tables(parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source,
         "extra": parsed.extra,
     }
     tables["dumps"] = _convert("dump record", pa.Table.from_pylist, [dump_row], schema.DUMPS)
+    snapshot = snapshot_row(parsed, src)
+    tables["snapshots"] = _convert("snapshot", pa.Table.from_pylist, [{**ident_cols, **snapshot}], schema.SNAPSHOTS)
+    if parsed.health:
+        rows = [{**ident_cols, "snapshot_ns": snapshot["snapshot_ns"], **h} for h in parsed.health]
+        tables["health"] = _convert("health_check_results", pa.Table.from_pylist, rows, schema.HEALTH)
     return tables
+
+
+def snapshot_row(parsed: ParsedDump, src: Source) -> dict:
+    """When the dump was written (a time in its file name, else the file's
+    mtime), the moment it shows (the name's time, else its newest entry, else
+    the mtime), and its pending collectives against their timeouts then."""
+    import pyarrow.compute as pc
+
+    named = name_time_ns(src.key)
+    mtime = src.mtime_ns if src.mtime_ns and src.mtime_ns > 0 else None
+    written, written_from = (named, "file_name") if named is not None else (mtime, "mtime" if mtime else None)
+    cols = parsed.entries
+    newest = None
+    for name in ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"):
+        top = pc.max(cols[name]).as_py() if len(cols[name]) else None
+        if top is not None and (newest is None or top > newest):
+            newest = top
+    if named is not None:
+        snapshot, snapshot_from = named, "file_name"
+    elif newest is not None:
+        snapshot, snapshot_from = newest, "newest_entry"
+    else:
+        snapshot, snapshot_from = mtime, "mtime" if mtime else None
+    last_completed = {}  # the recorder's own counter, else the completed entries
+    for p in parsed.pg_status:
+        if p["last_completed_collective"] is not None:
+            last_completed[p["pg_id"]] = p["last_completed_collective"]
+    n_pending, oldest, overdue, timeout_max = 0, None, False, None
+    if parsed.n_entries:
+        state, seq, pg_id, p2p, pg_name = (cols[k].to_pylist() for k in
+                                           ("state", "collective_seq_id", "pg_id", "is_p2p", "pg_name"))
+        created, timeouts = cols["time_created_ns"].to_pylist(), cols["timeout_ms"].to_pylist()
+        done = {(n, q) for s, n, q in zip(state, pg_name, seq) if s == "completed"}
+        from_entries = not last_completed
+        for i, s in enumerate(state):
+            t_ms = timeouts[i]
+            if t_ms is not None and (timeout_max is None or t_ms > timeout_max):
+                timeout_max = t_ms
+            if p2p[i]:
+                continue
+            if s == "completed":
+                if from_entries and seq[i] is not None:
+                    key = pg_name[i] or ""
+                    last_completed[key] = max(seq[i], last_completed.get(key, seq[i]))
+                continue
+            if (pg_name[i], seq[i]) in done:
+                continue  # an op of a coalesced block whose end marker completed
+            bound = last_completed.get(str(pg_id[i])) if not from_entries else None
+            if bound is not None and seq[i] is not None and seq[i] <= bound:
+                continue  # gloo: its state stays "scheduled", pg_status counts what completed
+            n_pending += 1
+            if created[i] is not None:
+                oldest = created[i] if oldest is None else min(oldest, created[i])
+                if t_ms is not None and written is not None and written - created[i] > t_ms * 1_000_000:
+                    overdue = True
+    return {
+        "written_ns": written, "written_from": written_from, "snapshot_ns": snapshot, "snapshot_from": snapshot_from,
+        "has_entries": parsed.has_entries, "n_pending": n_pending, "oldest_pending_ns": oldest,
+        "timeout_ms": timeout_max, "overdue": overdue,
+        "last_completed": [{"pg": k, "seq": v} for k, v in sorted(last_completed.items())],
+    }
 
 
 def stacks_table(stacks: dict[int, list[dict]]) -> pa.Table:

@@ -47,8 +47,10 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
     rows = con.execute(
         f"""
         WITH d AS (
-          SELECT rank, dump_id, host FROM dumps WHERE job = $job AND attempt = $attempt
-          QUALIFY row_number() OVER (PARTITION BY rank ORDER BY {NEWEST_DUMP}) = 1
+          SELECT d.rank, d.dump_id, d.host
+          FROM dumps d LEFT JOIN (SELECT * FROM snapshots WHERE job = $job AND attempt = $attempt) s USING (dump_id)
+          WHERE d.job = $job AND d.attempt = $attempt
+          QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY {NEWEST_DUMP}) = 1
         ), e AS (
           SELECT e.pg_name, e.pg_desc, e.collective_seq_id AS seq, e.rank, d.host, e.op, e.state,
                  e.input_sizes::VARCHAR AS sizes, e.input_dtypes::VARCHAR AS dtypes, e.time_created_ns AS t,

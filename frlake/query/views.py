@@ -19,6 +19,9 @@ _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 _TIMESTAMPS = {
     "entries": ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"),
     "dumps": ("first_time_created_ns", "last_time_created_ns"),
+    "snapshots": ("written_ns", "snapshot_ns"),
+    "health": ("snapshot_ns",),
+    "live_stacks": ("snapshot_ns",),
     "attempts": ("started_ns", "ended_ns"),
     "incidents": ("started_ns", "ended_ns"),
     "culprits": ("started_ns",),
@@ -31,8 +34,9 @@ _TIMESTAMPS = {
 # after the sequence id (it cannot say).
 _COLLECTIVES = f"""
     WITH d AS (
-      SELECT job, attempt, rank, dump_id, host FROM dumps
-      QUALIFY row_number() OVER (PARTITION BY job, attempt, rank ORDER BY {NEWEST_DUMP}) = 1
+      SELECT d.job, d.attempt, d.rank, d.dump_id, d.host
+      FROM dumps d LEFT JOIN snapshots s ON s.job = d.job AND s.attempt = d.attempt AND s.dump_id = d.dump_id
+      QUALIFY row_number() OVER (PARTITION BY d.job, d.attempt, d.rank ORDER BY {NEWEST_DUMP}) = 1
     ), e AS (
       SELECT e.job, e.attempt, e.pg_name, e.collective_seq_id AS seq, e.rank, min(e.entry_index) AS i,
              arg_min(e.op, e.entry_index) AS op, arg_min(e.pg_desc, e.entry_index) AS pg_desc,
@@ -84,13 +88,17 @@ _DERIVED = {
     # Ranks of an attempt that more than one distinct dump claims: periodic snapshots, a file rewritten in
     # place, or a copy under the wrong identity. The diagnosis reads the newest (docs/diagnose.md).
     "dump_conflicts": """
-        SELECT job, attempt, rank, count(*) AS dumps, count(DISTINCT host) AS hosts,
-               list(struct_pack(sha256 := sha256, host := host, source_path := source_path,
-                                last_time_created := last_time_created, ingested_at := ingested_at)
-                    ORDER BY last_time_created_ns DESC NULLS LAST, source_mtime_ns DESC NULLS LAST, sha256) AS candidates
-        FROM dumps GROUP BY job, attempt, rank HAVING count(*) > 1
+        SELECT d.job, d.attempt, d.rank, count(*) AS dumps, count(DISTINCT d.host) AS hosts,
+               list(struct_pack(sha256 := d.sha256, host := d.host, source_path := d.source_path,
+                                snapshot := s.snapshot, last_time_created := d.last_time_created,
+                                ingested_at := d.ingested_at)
+                    ORDER BY s.snapshot_ns DESC NULLS LAST, d.last_time_created_ns DESC NULLS LAST,
+                             d.source_mtime_ns DESC NULLS LAST, d.sha256) AS candidates
+        FROM dumps d LEFT JOIN snapshots s ON s.job = d.job AND s.attempt = d.attempt AND s.dump_id = d.dump_id
+        GROUP BY d.job, d.attempt, d.rank HAVING count(*) > 1
     """,
     "collectives": _COLLECTIVES,
+    "rank_progress": f"SELECT *, make_timestamp(snapshot_ns // 1000) AS snapshot FROM ({schema.RANK_PROGRESS_SQL.format(where='')})",
 }
 
 

@@ -148,10 +148,15 @@ def host_history(host: str) -> dict:
         "SELECT job, attempt, reason, role, position, pg_desc, seq, op FROM culprits WHERE host = ? ORDER BY started DESC",
         [host],
     ).fetchall()
+    health_cols = ("job", "attempt", "rank", "check_name", "status", "healthy", "output", "snapshot_ns")
+    health = con.execute(
+        f"SELECT {', '.join(health_cols)} FROM health WHERE host = ? "
+        "ORDER BY snapshot_ns DESC NULLS LAST, job, attempt, rank, check_name LIMIT 200", [host]).fetchall()
     return {
         "host": host, "summary": dict(zip(cols, summary)), "attempts_total": total,
         "attempts": [attempt_dict(a) for a in attempts],
         "culprit_of": [dict(zip(("job", "attempt", "reason", "role", "position", "pg_desc", "seq", "op"), r)) for r in blamed],
+        "health": [dict(zip(health_cols, r)) for r in health],
     }
 
 
