@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ErrorLevel
+try:
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ErrorLevel
+except ImportError as e:  # an optional extra: say which
+    raise ImportError("frlake.engines needs sqlglot: pip install 'frlake[spark]'") from e
 
 _EPOCH = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
 
