@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -69,3 +70,26 @@ def any_db(request, tmp_path):
         return Settings.resolve(tmp_path / "lake")
     url = request.getfixturevalue("pg_url")
     return Settings.resolve(tmp_path / "lake", url)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test session: local[2], a 1 GB
+    driver, no UI, loopback only (frlake.engines.spark.local_session). Fails
+    instead of skipping where CI promised Spark (FRLAKE_REQUIRE_SPARK)."""
+    def missing(why: str):
+        if os.environ.get("FRLAKE_REQUIRE_SPARK"):
+            pytest.fail(f"{why}, but FRLAKE_REQUIRE_SPARK is set")
+        pytest.skip(f"{why} (see .ci/run)")
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        missing("pyspark is not installed: pip install -e '.[test,spark]'")
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        missing("no Java runtime: apt-get install openjdk-17-jre-headless")
+    from frlake.engines.spark import local_session
+
+    session = local_session(cores=2, driver_memory="1g", app_name="frlake-tests")
+    yield session
+    session.stop()

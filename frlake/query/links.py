@@ -17,18 +17,11 @@ times, not the measured duration, so it is never taken for a slow link.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import duckdb
-
-    from frlake.query.reports import Window
-
 Z = 1.96
 SLOW = 1.5  # a collective at least this many times its siblings' median counts as slow
 MIN_COLLECTIVES = 8
 
-_SQL = f"""
+SLOW_LINKS = f"""
     WITH att AS (
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
@@ -68,20 +61,10 @@ _SQL = f"""
 """
 
 
-def slow_links(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None) -> list[dict]:
-    """Hosts by how consistently the collectives of their groups are slower
-    than the same collectives elsewhere: ``slowdown`` is the median ratio to
-    the siblings' median, ``confidence`` the 95% Wilson lower bound of the
-    share of its collectives at least 1.5x slower, and ``verdict`` says
-    ``slow_link`` only for a slowdown of 1.5x or more seen in at least two
-    attempts and eight collectives with a confidence above one half; hosts
-    seen once, or only beside a slow host, stay ``ok``."""
-    since, until = window.bounds_ns()
-    cur = con.execute(_SQL + (f" LIMIT {int(limit)}" if limit else ""), {"since": since, "until": until})
-    cols = [d[0] for d in cur.description]
-    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    for r in rows:
-        slow = (r["slowdown"] >= SLOW and r["confidence"] > 0.5 and r["attempts"] >= 2
-                and r["collectives"] >= MIN_COLLECTIVES)
-        r["verdict"] = "slow_link" if slow else "ok"
-    return rows
+def slow_link_verdict(row: dict) -> dict:
+    """``verdict``: ``slow_link`` only for a slowdown of 1.5x or more seen in
+    at least two attempts and eight collectives with a confidence above one
+    half; hosts seen once, or only beside a slow host, stay ``ok``."""
+    slow = (row["slowdown"] >= SLOW and row["confidence"] > 0.5 and row["attempts"] >= 2
+            and row["collectives"] >= MIN_COLLECTIVES)
+    return {**row, "verdict": "slow_link" if slow else "ok"}

@@ -4,6 +4,13 @@ They read the stored diagnoses (``incidents``, ``culprits``, ``rank_stats``)
 and the ``dumps`` table, never the entries, so their cost grows with the
 number of attempts, not with the number of entries. Every row carries its
 evidence: the jobs and attempts behind it.
+
+Each report is one SQL statement in DuckDB's dialect, held by its entry in
+``REPORTS``: DuckDB runs it as written, and ``frlake.engines.transpile``
+turns the same text into Spark SQL (docs/engines.md), so there is one
+definition for both engines. Every ORDER BY, inside a list or not, breaks
+all ties, and ``mode`` takes the smallest of equally frequent values, so
+that both engines give the same rows in the same order.
 """
 
 from __future__ import annotations
@@ -52,18 +59,10 @@ _ATTEMPTS = """
 """
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, window: Window, limit: int | None) -> list[dict]:
-    since, until = window.bounds_ns()
-    cur = con.execute(sql + (f" LIMIT {int(limit)}" if limit else ""), {"since": since, "until": until})
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
-
-
-def flaky_hosts(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
-    """Hosts by how often they were the root cause, relative to how often they
-    were used: ``score`` is the 95% Wilson lower bound of that rate, so a host
-    seen in 2 attempts with 1 incident does not outrank one seen in 40 with 25."""
-    sql = f"""
+# Hosts by how often they were the root cause, relative to how often they were used: ``score`` is the 95%
+# Wilson lower bound of that rate, so a host seen in 2 attempts with 1 incident does not outrank one seen in
+# 40 with 25.
+FLAKY_HOSTS = f"""
     WITH {_ATTEMPTS},
     used AS (
       SELECT DISTINCT d.host, d.job, d.attempt FROM dumps d JOIN att USING (job, attempt)
@@ -77,7 +76,7 @@ def flaky_hosts(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit
     per AS (
       SELECT u.host, count(*) AS attempts, count(b.job) AS culprit_attempts,
              list(struct_pack(job := b.job, attempt := b.attempt, reason := b.reason,
-                              started_at := make_timestamp(b.started_ns // 1000)) ORDER BY b.started_ns)
+                              started_at := make_timestamp(b.started_ns // 1000)) ORDER BY b.started_ns, b.job, b.attempt)
                FILTER (WHERE b.job IS NOT NULL) AS evidence
       FROM used u LEFT JOIN blamed b USING (host, job, attempt)
       GROUP BY u.host
@@ -92,17 +91,17 @@ def flaky_hosts(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit
     FROM (SELECT *, culprit_attempts / attempts AS p, attempts::DOUBLE AS n FROM per) per
     LEFT JOIN reasons USING (host)
     ORDER BY score DESC, culprit_attempts DESC, attempts DESC, host
-    """
-    rows = _rows(con, sql, window, limit)
-    for r in rows:
-        r["by_reason"] = dict(r["by_reason"]) if r["by_reason"] else {}
-    return rows
+"""
 
 
-def slow_ranks(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
-    """Ranks (and the hosts they ran on) that arrive late to collectives, across
-    attempts: the straggler culprits first, then ranks often first to be late."""
-    sql = f"""
+def _by_reason_dict(row: dict) -> dict:
+    row["by_reason"] = dict(row["by_reason"]) if row["by_reason"] else {}
+    return row
+
+
+# Ranks (and the hosts they ran on) that arrive late to collectives, across attempts: the straggler culprits
+# first, then ranks often first to be late.
+SLOW_RANKS = f"""
     WITH {_ATTEMPTS},
     rs AS (SELECT r.*, att.started_ns AS att_started FROM rank_stats r JOIN att USING (job, attempt)),
     strag AS (SELECT c.job, c.attempt, c.rank, c.lateness_ms FROM culprits c JOIN att USING (job, attempt)
@@ -111,7 +110,7 @@ def slow_ranks(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit:
            round(coalesce(median(s.lateness_ms), median(rs.root_late_ms), median(rs.late_p50_ms)), 3) AS lateness_ms,
            round(median(rs.late_p50_ms), 3) AS median_ms,
            round(max(rs.late_p90_ms), 3) AS p90_ms,
-           round(sum(rs.arrived_last) / sum(rs.collectives), 4) AS last_share,
+           round(sum(rs.arrived_last) / nullif(sum(rs.collectives), 0), 4) AS last_share,
            count(s.job) AS straggler_attempts,
            count(*) FILTER (WHERE rs.root_late_events > 0 OR s.job IS NOT NULL) AS attempts_affected,
            sum(rs.root_late_events) AS first_late_events,
@@ -121,15 +120,12 @@ def slow_ranks(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit:
     FROM rs LEFT JOIN strag s USING (job, attempt, rank)
     GROUP BY rs.job, rs.rank, rs.host
     HAVING count(s.job) > 0 OR sum(rs.root_late_events) >= 3 OR median(rs.late_p50_ms) >= 10
-    ORDER BY straggler_attempts DESC, attempts_affected DESC, lateness_ms DESC, rs.job, rs.rank
-    """
-    return _rows(con, sql, window, limit)
+    ORDER BY straggler_attempts DESC, attempts_affected DESC, lateness_ms DESC, rs.job, rs.rank, rs.host
+"""
 
-
-def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
-    """Historical hangs and mismatches, one line per stack signature of the
-    root cause, so "the same stall in 14 jobs" is one line."""
-    sql = f"""
+# Historical hangs and mismatches, one line per stack signature of the root cause, so "the same stall in 14
+# jobs" is one line. The top frame is the same for every attempt of a signature (it is its stack's).
+HANGS = f"""
     WITH {_ATTEMPTS},
     h AS (
       SELECT c.*, att.started_ns AS att_started,
@@ -137,16 +133,16 @@ def hangs(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int 
       FROM culprits c JOIN att USING (job, attempt)
       WHERE c.position = 0 AND c.verdict IN ({_INCIDENTS})
     )
-    SELECT signature, any_value(top_frame) AS top_frame, mode(reason) AS reason, mode(op) AS op, mode(pg_desc) AS pg_desc,
+    SELECT signature, min(top_frame) AS top_frame, mode(reason ORDER BY reason) AS reason, mode(op ORDER BY op) AS op,
+           mode(pg_desc ORDER BY pg_desc) AS pg_desc,
            count(*) AS attempts, count(DISTINCT job) AS jobs, list(DISTINCT host ORDER BY host) AS hosts,
            make_timestamp(min(att_started) // 1000) AS first_seen, make_timestamp(max(att_started) // 1000) AS last_seen,
            list(struct_pack(started_at := make_timestamp(att_started // 1000), job := job, attempt := attempt,
                             verdict := verdict, pg := pg, pg_desc := pg_desc, seq := seq, op := op,
-                            rank := rank, host := host, reason := reason) ORDER BY att_started) AS evidence
+                            rank := rank, host := host, reason := reason) ORDER BY att_started, job, attempt) AS evidence
     FROM h GROUP BY signature
     ORDER BY attempts DESC, last_seen DESC, signature
-    """
-    return _rows(con, sql, window, limit)
+"""
 
 
 REPORT_VIEWS = ("attempts", "culprits", "rank_stats")  # the catalog views the reports read
@@ -154,17 +150,48 @@ REPORT_VIEWS = ("attempts", "culprits", "rank_stats")  # the catalog views the r
 
 @dataclass(frozen=True)
 class Report:
-    """One fleet report: everything the CLI, the API, the UI and the docs need
-    to know of it. Adding a report is one entry in ``REPORTS``."""
+    """One fleet report: everything the CLI, the API, the UI, the docs and
+    the other engines need to know of it. Adding a report is one entry in
+    ``REPORTS``."""
 
     name: str
-    run: Callable[[duckdb.DuckDBPyConnection, Window, int | None], list[dict]]
+    sql: str  # one statement, DuckDB's dialect, with the parameters $since and $until (Window.bounds_ns)
     title: str
     question: str  # the fleet question it answers, in a user's words
     columns: tuple[str, ...]  # what a terminal shows; CSV and JSON carry every column, evidence included
     page: str  # the web page's template
     nav: str  # its name in the web UI's navigation
     views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
+    finish: Callable[[dict], dict] | None = None  # what every engine does to each row after the SQL
+    # A report that is more than one SQL statement (a policy over several queries): computed from a DuckDB
+    # connection, ``compute(con, window, limit, **params)``; ``sql`` is then empty.
+    compute: Callable[..., list[dict]] | None = None
+    # Tested on every engine (frlake.engines): the SQL alone, portable. The others run on DuckDB only.
+    portable: bool = True
+
+    def statement(self, limit: int | None = None) -> str:
+        return self.sql + (f" LIMIT {int(limit)}" if limit else "")
+
+    def params(self, window: Window) -> dict[str, int | None]:
+        since, until = window.bounds_ns()
+        return {"since": since, "until": until}
+
+    def rows(self, columns: list[str], tuples) -> list[dict]:
+        """Result tuples as the report's rows (``finish`` applied)."""
+        rows = [dict(zip(columns, row)) for row in tuples]
+        return [self.finish(r) for r in rows] if self.finish else rows
+
+    def run(self, con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None,
+            **params) -> list[dict]:
+        """The report's rows on a DuckDB connection with frlake's views
+        (``params`` go to a computed report: drain's ``policy``)."""
+        if self.compute is not None:
+            return self.compute(con, window, limit, **params)
+        cur = con.execute(self.statement(limit), self.params(window))
+        return self.rows([d[0] for d in cur.description], cur.fetchall())
+
+
+from frlake.query.links import SLOW_LINKS, slow_link_verdict  # noqa: E402 (the report SQL of links.py)
 
 
 def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None, policy=None) -> list[dict]:
@@ -173,24 +200,20 @@ def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = N
     return drain(con, window, limit, policy or DrainPolicy())
 
 
-def _slow_links(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None) -> list[dict]:
-    from frlake.query.links import slow_links
-
-    return slow_links(con, window, limit)
-
-
 REPORTS: dict[str, Report] = {r.name: r for r in (
-    Report("flaky-hosts", flaky_hosts, "Flaky hosts", "Which hosts should we drain?",
-           ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts"),
-    Report("slow-ranks", slow_ranks, "Slow ranks", "Is this rank always slow, and on which host?",
+    Report("flaky-hosts", FLAKY_HOSTS, "Flaky hosts", "Which hosts should we drain?",
+           ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts",
+           finish=_by_reason_dict),
+    Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks"),
-    Report("hangs", hangs, "Recurring hangs", "How many hangs were the same stall?",
+    Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"), "hangs.html", "Hangs"),
-    Report("drain", _drain, "Drain list", "Which hosts should we avoid or exclude now, and why?",
+    Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
-           views=("attempts", "culprits")),
-    Report("slow-links", _slow_links, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
+           views=("attempts", "culprits"), compute=_drain, portable=False),
+    Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
-            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",)),
+            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict,
+           portable=False),
 )}

@@ -15,8 +15,8 @@ from frlake.lake import Lake
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
-# Every *_ns time also as a timestamp (UTC), named without the suffix.
-_TIMESTAMPS = {
+# Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).
+TIMESTAMPS = {
     "entries": ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"),
     "dumps": ("first_time_created_ns", "last_time_created_ns"),
     "snapshots": ("written_ns", "snapshot_ns"),
@@ -79,7 +79,7 @@ _COLLECTIVES = f"""
           FROM span GROUP BY ALL) first USING (job, attempt, pg_name)
 """
 
-_DERIVED = {
+DERIVED = {
     "hosts": """
         SELECT host, count(DISTINCT job) AS jobs, count(DISTINCT (job, attempt)) AS attempts, count(*) AS dumps,
                min(ingested_at) AS first_seen_at, max(ingested_at) AS last_seen_at
@@ -102,9 +102,9 @@ _DERIVED = {
 }
 
 
-def _with_timestamps(name: str, source: str) -> str:
+def with_timestamps(name: str, source: str) -> str:
     extra = "".join(
-        f", make_timestamp({col} // 1000) AS {col.removesuffix('_ns')}" for col in _TIMESTAMPS.get(name, ())
+        f", make_timestamp({col} // 1000) AS {col.removesuffix('_ns')}" for col in TIMESTAMPS.get(name, ())
     )
     return f"SELECT *{extra} FROM {source}"
 
@@ -153,10 +153,10 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             source = f"read_parquet({listing}, {options})"
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source)}")
     for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
         source = register(f"__catalog_{name}", catalog_table(catalog, name))
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {_with_timestamps(name, source)}")
-    for name, sql in _DERIVED.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source)}")
+    for name, sql in DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     return sources
