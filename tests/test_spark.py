@@ -121,12 +121,15 @@ def test_every_view_has_duckdbs_rows(spark, corpus_lake):
         names = register_views(spark, fl)
         con = fl.connect()
         views = con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal AND view_name NOT LIKE '\\_\\_%' ESCAPE '\\'")
-        assert set(names) == {r[0] for r in views.fetchall()}
+        from frlake.query.views import DUCKDB_ONLY
+
+        assert set(names) == {r[0] for r in views.fetchall()} - DUCKDB_ONLY
         for name in names:
             want = duckdb_rows(con, f"SELECT * FROM {name}")
             got = spark_rows(spark, f"SELECT * FROM {name}")
             assert len(got) == len(want) and sorted(map(repr, got)) == sorted(map(repr, want)), name
-            assert want or name in ("dump_conflicts",), f"the corpus leaves {name} empty: the test shows nothing"
+            # the corpus has no debug-server or health-check dumps (tests/test_producers.py has them)
+            assert want or name in ("dump_conflicts", "health", "live_stacks"), f"the corpus leaves {name} empty"
 
 
 # -- what Spark reads ---------------------------------------------------------------

@@ -79,6 +79,10 @@ _COLLECTIVES = f"""
           FROM span GROUP BY ALL) first USING (job, attempt, pg_name)
 """
 
+# Derived views that use DuckDB's list functions and lambdas, which no other engine's SQL
+# shares: the other engines (frlake.engines) do without them.
+DUCKDB_ONLY = frozenset({"collectives"})
+
 DERIVED = {
     "hosts": """
         SELECT host, count(DISTINCT job) AS jobs, count(DISTINCT (job, attempt)) AS attempts, count(*) AS dumps,
