@@ -416,7 +416,8 @@ class Catalog:
     def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
                       since_ns: int | None = None, until_ns: int | None = None, offset: int = 0,
                       limit: int = 50) -> tuple[int, list[AttemptRow]]:
-        """Attempts newest first, filtered; returns (total matching, one page)."""
+        """Attempts newest first, filtered (``host``: a part of a host's name,
+        any case); returns (total matching, one page)."""
         n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
         root = (select(CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.incident_id)
                 .where(CulpritRow.position == 0).subquery())
@@ -431,9 +432,11 @@ class Catalog:
             q = q.where(Job.name == job)
         if verdict is not None:
             q = q.where(IncidentRow.verdict == verdict)
-        if host is not None:
-            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == host).exists()
-                        | (root.c.host == host))
+        if host is not None:  # a part of the host's name, any case ("b03" finds gpu-b03)
+            part = host.lower()
+            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id,
+                                              func.lower(Dump.host).contains(part, autoescape=True)).exists()
+                        | func.lower(root.c.host).contains(part, autoescape=True))
         if since_ns is not None:
             q = q.where(Attempt.started_ns >= since_ns)
         if until_ns is not None:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
 ALGORITHM_VERSION = 1
+WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
 class Verdict(str, Enum):
@@ -69,7 +70,10 @@ class Culprit:
     expected: str | None = None
     found: str | None = None
     lateness_ms: float | None = None
-    waiters: int | None = None
+    waiters: int | None = None  # ranks that wait for it, directly or through others
+    # whom it waits for and who waits for it directly, [{"rank", "host"}] (at most WAIT_LIST each)
+    waiting_for: list[dict] | None = None
+    waited_by: list[dict] | None = None
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
@@ -97,6 +101,10 @@ class Diagnosis:
     rank_lateness: list[dict] = field(default_factory=list)
     # ranks claimed by more than one dump, {"rank": r, "dumps": n}: the newest dump of each was used
     several_dumps: list[dict] = field(default_factory=list)
+    # fewer than half of the world's ranks dumped and nobody said the attempt is complete: the
+    # verdict is "incomplete" and no culprit is named until more dumps arrive (docs/diagnose.md)
+    waiting_for_dumps: bool = False
+    complete: bool = False  # a user said no more dumps will come: diagnose with what there is
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

@@ -22,24 +22,40 @@ Z = 1.96  # 95% Wilson lower bound
 _INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
 
 
+def parse_when(text: str) -> date | datetime:
+    """A --since / --until / ?since= value: an ISO 8601 date (a whole day, UTC)
+    or date-time, with an offset or ``Z`` (without one it is UTC). ValueError
+    if it is neither."""
+    text = text.strip()
+    if len(text) == 10:
+        return date.fromisoformat(text)
+    if len(text) < 13 or text[10] not in "T ":
+        raise ValueError(f"not an ISO 8601 date or date-time: {text!r}")
+    return datetime.fromisoformat(text)
+
+
 @dataclass(frozen=True)
 class Window:
-    """Attempts that started in [since, until] (dates, UTC, both inclusive)."""
+    """Attempts that started in [since, until]: a date is a whole day (UTC)
+    and both ends are inclusive; a date-time is that instant (without a zone,
+    UTC), also inclusive."""
 
     since: date | datetime | None = None
     until: date | datetime | None = None
 
     def bounds_ns(self) -> tuple[int | None, int | None]:
+        """[since_ns, until_ns): the half-open range of start times."""
         def ns(d: date | datetime | None, end: bool) -> int | None:
             if d is None:
                 return None
             if not isinstance(d, datetime):
                 d = datetime.combine(d + timedelta(days=1) if end else d, time.min)
-            elif end and d.time() == time.min:
-                d = d + timedelta(days=1)
+                return int(d.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
             if d.tzinfo is None:
                 d = d.replace(tzinfo=UTC)
-            return int(d.timestamp() * 1_000_000_000)
+            whole = (d - datetime(1970, 1, 1, tzinfo=UTC))
+            exact = (whole.days * 86_400 + whole.seconds) * 1_000_000_000 + whole.microseconds * 1_000
+            return exact + 1 if end else exact
 
         return ns(self.since, False), ns(self.until, True)
 
@@ -52,11 +68,19 @@ _ATTEMPTS = """
 """
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, window: Window, limit: int | None) -> list[dict]:
+class ReportRows(list):
+    """A report's rows (dicts), and its columns even when there is no row."""
+
+    def __init__(self, rows: list[dict], columns: list[str]):
+        super().__init__(rows)
+        self.columns = columns
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, window: Window, limit: int | None) -> ReportRows:
     since, until = window.bounds_ns()
     cur = con.execute(sql + (f" LIMIT {int(limit)}" if limit else ""), {"since": since, "until": until})
     cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+    return ReportRows([dict(zip(cols, row)) for row in cur.fetchall()], cols)
 
 
 def flaky_hosts(con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None) -> list[dict]:
@@ -174,5 +198,6 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks"),
     Report("hangs", hangs, "Recurring hangs", "How many hangs were the same stall?",
-           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"), "hangs.html", "Hangs"),
+           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature"), "hangs.html",
+           "Hangs"),
 )}
