@@ -8,7 +8,7 @@ import typer
 from rich.panel import Panel
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
-from frlake.diagnose.model import WAIT_LIST
+from frlake.diagnose.words import role_text, waiting_text
 
 if TYPE_CHECKING:
     from frlake.diagnose import Diagnosis
@@ -62,42 +62,6 @@ def _culprit_rows(diag: Diagnosis):
     return columns, rows
 
 
-def ranks_on_hosts(ranks: list[dict] | None) -> str:
-    """[{"rank", "host"}] as "ranks 0, 2 on gpu-a01; rank 3 on an unknown host"."""
-    if not ranks:
-        return ""
-    by_host: dict[str, list[int]] = {}
-    for r in ranks:
-        by_host.setdefault(r.get("host") or "an unknown host", []).append(r["rank"])
-    parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} on {h}" for h, rs in by_host.items()]
-    return "; ".join(parts) + (" ..." if len(ranks) >= WAIT_LIST else "")
-
-
-def waiting_text(c) -> str:
-    """Who waits for a culprit: directly, by name; in all, counted."""
-    if not c.waited_by:
-        return ""
-    text = ranks_on_hosts(c.waited_by)
-    if c.waiters and c.waiters > len(c.waited_by):
-        text += f" ({c.waiters} in all, with those who wait for them)"
-    return text
-
-
-def role_text(c) -> str:
-    """A culprit's part in the incident, in words."""
-    if c.reason == "no_dump" and c.role != "root":
-        return "left no dump: stuck too, or crashed"
-    if c.role == "root":
-        if c.reason == "no_dump":
-            return "root cause: left no dump (crashed?)"
-        if c.reason == "missing":
-            return "root cause: never joined"
-        return f"root cause: {c.reason.replace('_', ' ')}"
-    if c.waiting_for:
-        return "victim: waits for " + ranks_on_hosts(c.waiting_for)
-    return "victim: behind, waiting for another rank"
-
-
 def render_report(diag: Diagnosis) -> None:
     """The diagnosis as a short incident report a person can act on."""
     from frlake.cli._table import render
@@ -121,7 +85,7 @@ def render_report(diag: Diagnosis) -> None:
         console.print(f"  where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}",
                       highlight=False)
     if root.waited_by:
-        console.print(f"  waiting for it: {waiting_text(root)}", highlight=False)
+        console.print(f"  waiting for it: {waiting_text(root.to_dict())}", highlight=False)
     if root.expected is not None:
         console.print(f"  expected {root.expected}, found {root.found}", highlight=False)
     if root.lateness_ms is not None:
@@ -132,8 +96,8 @@ def render_report(diag: Diagnosis) -> None:
             short = "/".join(str(f.get("filename") or "").split("/")[-3:])
             console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True)
     if len(diag.culprits) > 1:
-        rows = [[c.rank, c.host or "unknown", role_text(c), waiting_text(c), f"{c.pg_desc or ''} {c.pg or ''}".strip(),
-                 c.seq, c.op] for c in diag.culprits[1:20]]
+        rows = [[c.rank, c.host or "unknown", role_text(c.to_dict()), waiting_text(c.to_dict()),
+                 f"{c.pg_desc or ''} {c.pg or ''}".strip(), c.seq, c.op] for c in diag.culprits[1:20]]
         console.file.write("\n" + render(["rank", "host", "role", "waited for by", "group", "seq", "op"], rows,
                                          title="Also involved"))
         if len(diag.culprits) > 20:

@@ -54,6 +54,8 @@ _RULES = {
 _STYLES = {Verdict.MISMATCH: "red", Verdict.HANG: "red", Verdict.INCOMPLETE: "magenta", Verdict.STRAGGLER: "yellow",
            Verdict.HEALTHY: "green"}
 VERDICTS = tuple(v.value for v in Verdict)
+# Every culprit reason the rules give (Culprit.reason), for filters that check what they are given.
+REASONS = ("missing", "no_dump", "type_mismatch", "size_mismatch", "dtype_mismatch", "state_mismatch", "straggler")
 INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
 
 
