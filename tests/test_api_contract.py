@@ -190,3 +190,27 @@ def test_an_upload_over_the_limit_gets_the_json_error(small):
     assert r.status_code == 413
     assert r.get_json()["error"]["code"] == "request_entity_too_large"
 
+
+
+def test_every_page_works_with_an_unknown_host(tmp_path, corpus):
+    """job-f2518d's rank 1 never joined; here it also left no dump, and the
+    others ran one per host, so nothing tells its host: the root's host is None."""
+    import shutil
+
+    tree = tmp_path / "nfs"
+    for rank, host in ((0, "gpu-x01"), (2, "gpu-x02"), (3, "gpu-x03")):
+        dst = tree / "job-nohost" / "attempt-0" / host / f"rank_{rank}"
+        dst.parent.mkdir(parents=True)
+        shutil.copy(next((corpus / "job-f2518d" / "attempt-0").glob(f"*/rank_{rank}")), dst)
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([tree], settings)
+    client = create_app(ServerConfig(settings)).test_client()
+    d = client.get("/api/jobs/job-nohost/attempts/0/diagnosis").get_json()
+    assert (d["verdict"], d["culprits"][0]["rank"], d["culprits"][0]["reason"]) == ("hang", 1, "no_dump")
+    assert "host" not in d["culprits"][0]
+    for url in ("/", "/?host=x0", "/jobs/job-nohost", "/jobs/job-nohost/attempts/0", "/hosts", "/hosts/gpu-x01",
+                "/reports/hangs", "/reports/slow-ranks", "/reports/hangs?_format=csv", "/api/reports/hangs",
+                "/api/jobs/job-nohost", "/api/hosts/gpu-x01"):
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.get_data(as_text=True)[:500])
+    assert b"unknown host" in client.get("/reports/hangs").data

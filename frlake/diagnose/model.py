@@ -86,7 +86,8 @@ class Culprit:
     @classmethod
     def from_dict(cls, data: dict) -> Culprit:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # to_dict leaves out what is None: a culprit whose host is unknown comes back with host None
+        return cls(**({"host": None} | {k: v for k, v in data.items() if k in known}))
 
 
 @dataclass

@@ -99,7 +99,8 @@ def report(name: str):
         reason, op = choice_arg("reason", REASONS), request.args.get("op") or None
         rows = [r for r in rows if (reason is None or r["reason"] == reason) and (op is None or r["op"] == op)]
         facets = _facets(rows, ("reason", "op", "hosts"))
-    return respond(spec.page, [Export(spec.name, columns, [[r.get(c) for c in columns] for r in rows])],
+    table_id = spec.page.removesuffix(".html").replace("_", "-")  # the page's table: hosts, slow-ranks, hangs
+    return respond(spec.page, [Export(table_id, columns, [[r.get(c) for c in columns] for r in rows])],
                    rows=rows, filters=request.args, report=spec, facets=facets)
 
 
