@@ -280,6 +280,7 @@ def test_pages_work_with_an_unknown_host(server, page):
     assert "rank 1" in page.locator("#root-cause").inner_text()
     assert "left no dump" in page.locator("#root-cause").inner_text()
     assert "rank 0 on gpu-x01" in page.locator("#waiting-for-root").inner_text()
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
     _shot(page, "attempt-unknown-host")
     page.goto(server + "/reports/hangs")
     assert "unknown host" in page.locator("#hangs").inner_text()
@@ -341,6 +342,7 @@ def test_upload_one_dump_of_four_then_mark_it_complete(server, page, corpus, tmp
     page.wait_for_url("**/jobs/one-of-four/attempts/0")
     assert "incomplete" in page.locator("h1 .verdict").inner_text()
     assert page.locator("#root-cause").count() == 0  # no invented roots
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
     _shot(page, "attempt-waiting")
     page.click("#mark-complete")
     page.wait_for_selector("#marked-complete")

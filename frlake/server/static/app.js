@@ -133,6 +133,8 @@ function drawArrivals(canvas, data) {
   if (existing) existing.destroy();
   if (!data.seqs.length || !data.ranks.length) { noData(canvas); return; }
   showCanvas(canvas);
+  // a row per rank: the height follows the group's size (2 ranks or 64)
+  canvas.closest(".chart-box").style.height = Math.max(240, Math.min(900, 130 + 30 * data.ranks.length)) + "px";
   const ranks = data.ranks.map(String), seqs = data.seqs.map(String);
   const buckets = LATENESS.map(b => ({label: b.label, data: [], pointRadius: 6, pointHoverRadius: 8,
                                       backgroundColor: b.colour, borderColor: b.colour}));
@@ -144,7 +146,7 @@ function drawArrivals(canvas, data) {
     const b = LATENESS.findIndex(l => late < l.max);
     buckets[b].data.push(Object.assign(point, {late: late, text: msText(late)}));
   }));
-  const datasets = buckets.filter(b => b.data.length);
+  const datasets = buckets;  // every step of the scale in the legend, even those no point falls in
   if (missing.length) datasets.push({label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 9,
                                      borderColor: "#b71c1c", backgroundColor: "#b71c1c", borderWidth: 3});
   new Chart(canvas, {
@@ -159,8 +161,8 @@ function drawArrivals(canvas, data) {
         legend: {position: "top"},
         tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}: ` + (c.raw.late !== undefined ? `+${c.raw.late} ms` : "never arrived")}},
       },
-      scales: {x: {type: "category", labels: seqs, title: {display: true, text: "collective sequence id"}},
-               y: {type: "category", labels: ranks, title: {display: true, text: "rank (members of the group)"}}},
+      scales: {x: {type: "category", labels: seqs, offset: true, title: {display: true, text: "collective sequence id"}},
+               y: {type: "category", labels: ranks, offset: true, title: {display: true, text: "rank (members of the group)"}}},
     },
   });
 }
@@ -202,6 +204,9 @@ function jobChart(canvas) {
     return {x: [start, Math.max(end, start + 1000)], y: `attempt ${a.attempt}`, verdict: a.verdict || "not diagnosed",
             root: a.root ? `rank ${a.root.rank} on ${a.root.host || "an unknown host"}` : ""};
   });
+  const lo = Math.min(...bars.map(b => b.x[0])), hi = Math.max(...bars.map(b => b.x[1]));
+  const pad = Math.max(1000, (hi - lo) * 0.05);
+  canvas.closest(".chart-box").style.height = Math.max(160, Math.min(700, 90 + 44 * bars.length)) + "px";
   new Chart(canvas, {
     type: "bar",
     data: {labels: bars.map(b => b.y), datasets: [{label: "attempt (start to last entry), coloured by verdict", data: bars,
@@ -222,7 +227,8 @@ function jobChart(canvas) {
       indexAxis: "y", animation: false, maintainAspectRatio: false,
       plugins: {legend: {display: false},
                 tooltip: {callbacks: {label: c => `${bars[c.dataIndex].verdict} ${bars[c.dataIndex].root}, from ${UTC(c.raw.x[0])}`}}},
-      scales: {x: {type: "linear", ticks: {callback: v => UTC(v).slice(5, 16), maxTicksLimit: 8},
+      scales: {x: {type: "linear", beginAtZero: false, min: lo - pad, max: hi + pad,
+                   ticks: {callback: v => UTC(v).slice(5, 19), maxTicksLimit: 8},
                    title: {display: true, text: "time (UTC)"}}},
     },
   });
@@ -335,8 +341,9 @@ function uploadForm(form) {
         element("a", {href: a.url, className: "attempt-link", textContent: `${a.job} attempt ${a.attempt}`}),
         a.summary ? ": " + a.summary : ""]))));
     }
-    data.files.forEach(f => parts.push(element("p", {textContent: `✓ ${f.path}: ${f.job} attempt ${f.attempt}, rank ${f.rank} on ${f.host}`})));
-    data.rejected_files.forEach(f => parts.push(element("p", {className: "error", textContent: `✗ ${f.path}: ${f.reason}: ${f.detail}`})));
+    const named = path => path.replace(/^upload:[^/]+\//, "");  // the file's own name, not the upload folder's
+    data.files.forEach(f => parts.push(element("p", {textContent: `✓ ${named(f.path)}: ${f.job} attempt ${f.attempt}, rank ${f.rank} on ${f.host}`})));
+    data.rejected_files.forEach(f => parts.push(element("p", {className: "error", textContent: `✗ ${named(f.path)}: ${f.reason}: ${f.detail}`})));
     out.replaceChildren(...parts);
     out.dataset.done = "1";
   });
