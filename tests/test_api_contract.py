@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import UTC
 
 import pytest
 from werkzeug.datastructures import ImmutableMultiDict
@@ -214,3 +215,25 @@ def test_every_page_works_with_an_unknown_host(tmp_path, corpus):
         r = client.get(url)
         assert r.status_code == 200, (url, r.get_data(as_text=True)[:500])
     assert b"unknown host" in client.get("/reports/hangs").data
+
+
+def test_since_and_until_take_date_times_with_offsets(app):
+    """Both ends inclusive, to the instant, whatever the offset it is written in."""
+    from datetime import datetime, timedelta, timezone
+    from urllib.parse import quote
+
+    client = app.test_client()
+    attempts = client.get("/api/jobs?per_page=500").get_json()["attempts"]
+    a = next(x for x in attempts if (x["job"], x["attempt"]) == ("job-223715", 0))
+    start = datetime.fromisoformat(a["started_at"]).astimezone(timezone(timedelta(hours=2)))
+    ms = timedelta(milliseconds=1)
+
+    def listed(**bounds) -> bool:
+        query = "&".join(f"{k}={quote(v.isoformat())}" for k, v in bounds.items())
+        rows = client.get(f"/api/jobs?per_page=500&{query}").get_json()["attempts"]
+        return any((x["job"], x["attempt"]) == ("job-223715", 0) for x in rows)
+
+    assert listed(since=start, until=start)
+    assert not listed(since=start + ms)
+    assert not listed(until=start - ms)
+    assert listed(since=start - ms, until=(start + ms).astimezone(UTC))

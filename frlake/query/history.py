@@ -12,11 +12,14 @@ if TYPE_CHECKING:
     from frlake.catalog.store import AttemptRow, Catalog
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso_ns(ns: int | None) -> str | None:
     """Nanoseconds since the epoch as ISO 8601 with its offset (UTC)."""
     if ns is None:
         return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")
+    return (_EPOCH + timedelta(microseconds=ns // 1000)).isoformat(timespec="microseconds")
 
 
 def attempt_dict(a: AttemptRow) -> dict:

@@ -55,7 +55,7 @@ class Window:
                 d = d.replace(tzinfo=UTC)
             whole = (d - datetime(1970, 1, 1, tzinfo=UTC))
             exact = (whole.days * 86_400 + whole.seconds) * 1_000_000_000 + whole.microseconds * 1_000
-            return exact + 1 if end else exact
+            return exact + 1_000 if end else exact  # a date-time is to the microsecond: all of it
 
         return ns(self.since, False), ns(self.until, True)
 
