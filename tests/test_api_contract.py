@@ -237,3 +237,43 @@ def test_since_and_until_take_date_times_with_offsets(app):
     assert not listed(since=start + ms)
     assert not listed(until=start - ms)
     assert listed(since=start - ms, until=(start + ms).astimezone(UTC))
+
+
+def test_waitress_lets_flask_answer_an_upload_over_the_limit(small):
+    """Through the real server: the body limit of waitress sits above Flask's,
+    so an upload over --max-upload-mb gets the API's JSON error, not waitress's text."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "frlake.cli.main", "--lake", str(small.lake), "serve",
+                             "--port", str(port), "--max-upload-mb", "1"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/api/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        boundary = "frlakeboundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n".encode()
+                + b"x" * (3 << 20) + f"\r\n--{boundary}--\r\n".encode())
+        request = urllib.request.Request(url + "/api/dumps", data=body, method="POST", headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}", "Origin": url})
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(request, timeout=30)
+        assert answer.value.code == 413
+        assert answer.value.headers["Content-Type"].startswith("application/json")
+        assert json.loads(answer.value.read())["error"]["code"] == "request_entity_too_large"
+    finally:
+        proc.terminate()
+        proc.wait(10)
