@@ -37,8 +37,10 @@ class UnknownGroup(LookupError):
 def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
              last: int = 40, max_ranks: int = 256) -> dict:
     """Lateness (ms after the first member) of each member rank at the last
-    ``last`` collectives of one process group, and who never arrived; with
-    the attempt's groups (``groups``) to choose another.
+    ``last`` collectives of one process group, who never arrived (``missing``:
+    ranks whose dump lacks the collective) and which members left no dump
+    (``no_dump``: their arrival is unknown); with the attempt's groups
+    (``groups``) to choose another.
 
     Without ``pg``: the group of the root culprit if there is one, else the
     group with most members. A ``pg`` the attempt does not have is an
@@ -55,7 +57,8 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
         ).fetchone()
         pg = row[0] if row and row[0] in {g["pg"] for g in groups} else (groups[0]["pg"] if groups else None)
     choices = [{"pg": g["pg"], "pg_desc": g["pg_desc"], "size": len(g["members"])} for g in groups]
-    empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "groups": choices}
+    empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "no_dump": [],
+             "groups": choices}
     if pg is None:
         return empty
     group = next(g for g in groups if g["pg"] == pg)
@@ -74,10 +77,14 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
     ).fetchall()
     seqs = sorted({r[1] for r in rows})
     ranks = (group["members"] or sorted({r[0] for r in rows}))[:max_ranks]  # only the group's members
+    dumped = {r for (r,) in con.execute("SELECT DISTINCT rank FROM dumps WHERE job = $job AND attempt = $attempt",
+                                        {"job": job, "attempt": attempt}).fetchall()}
+    no_dump = [rank for rank in ranks if rank not in dumped]  # unknown, not "never arrived": nothing says
     grid = {(r[0], r[1]): r[3] for r in rows}
     late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]
-    missing = [[rank, seq] for rank in ranks for seq in seqs if (rank, seq) not in grid]
-    return empty | {"pg_desc": group["pg_desc"], "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing}
+    missing = [[rank, seq] for rank in ranks if rank in dumped for seq in seqs if (rank, seq) not in grid]
+    return empty | {"pg_desc": group["pg_desc"], "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing,
+                    "no_dump": no_dump}
 
 
 def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch: int = 50_000) -> Iterator[str]:

@@ -118,7 +118,7 @@ const pointValues = {  // draws each point's value beside it when there is room:
       if (!chart.isDatasetVisible(i)) return;
       chart.getDatasetMeta(i).data.forEach((point, j) => {
         const raw = ds.data[j];
-        ctx.fillStyle = raw.late === undefined ? "#b71c1c" : "#333";
+        ctx.fillStyle = raw.unknown ? "#757575" : raw.late === undefined ? "#4a148c" : "#333";
         ctx.fillText(raw.text, point.x, point.y - 6);
       });
     });
@@ -134,21 +134,25 @@ function drawArrivals(canvas, data) {
   if (!data.seqs.length || !data.ranks.length) { noData(canvas); return; }
   showCanvas(canvas);
   // a row per rank: the height follows the group's size (2 ranks or 64)
-  canvas.closest(".chart-box").style.height = Math.max(240, Math.min(900, 130 + 30 * data.ranks.length)) + "px";
+  canvas.closest(".chart-box").style.height = Math.max(240, Math.min(1000, 130 + 38 * data.ranks.length)) + "px";
   const ranks = data.ranks.map(String), seqs = data.seqs.map(String);
   const buckets = LATENESS.map(b => ({label: b.label, data: [], pointRadius: 6, pointHoverRadius: 8,
                                       backgroundColor: b.colour, borderColor: b.colour}));
-  const missing = [];
+  const missing = [], unknown = [];
+  const noDump = new Set(data.no_dump || []);
   data.ranks.forEach((rank, i) => data.seqs.forEach((seq, j) => {
     const late = data.late_ms[i][j];
     const point = {x: String(seq), y: String(rank)};
+    if (noDump.has(rank)) { unknown.push(Object.assign(point, {text: "no dump", unknown: true})); return; }
     if (late === null) { missing.push(Object.assign(point, {text: "never"})); return; }
     const b = LATENESS.findIndex(l => late < l.max);
     buckets[b].data.push(Object.assign(point, {late: late, text: msText(late)}));
   }));
   const datasets = buckets;  // every step of the scale in the legend, even those no point falls in
-  if (missing.length) datasets.push({label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 9,
-                                     borderColor: "#b71c1c", backgroundColor: "#b71c1c", borderWidth: 3});
+  datasets.push({label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 9,
+                 borderColor: "#4a148c", backgroundColor: "#4a148c", borderWidth: 3});
+  if (unknown.length) datasets.push({label: "left no dump (unknown)", data: unknown, pointStyle: "rectRot", pointRadius: 6,
+                                     borderColor: "#9e9e9e", backgroundColor: "#eeeeee", borderWidth: 2});
   new Chart(canvas, {
     type: "scatter",
     data: {datasets: datasets},
@@ -159,7 +163,8 @@ function drawArrivals(canvas, data) {
       plugins: {
         title: {display: true, text: `process group ${data.pg} (${data.pg_desc || ""}): ms after the first member, per rank and collective`},
         legend: {position: "top"},
-        tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}: ` + (c.raw.late !== undefined ? `+${c.raw.late} ms` : "never arrived")}},
+        tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}: ` + (c.raw.unknown ? "left no dump: unknown"
+          : c.raw.late !== undefined ? `+${c.raw.late} ms` : "never arrived")}},
       },
       scales: {x: {type: "category", labels: seqs, offset: true, title: {display: true, text: "collective sequence id"}},
                y: {type: "category", labels: ranks, offset: true, title: {display: true, text: "rank (members of the group)"}}},
