@@ -10,18 +10,17 @@ import duckdb
 
 
 def groups_of(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
-    """The attempt's collective process groups: name, description, members."""
+    """The attempt's process groups (name, description, members), from the
+    ranks' ``pg_config``; from the collectives they recorded when no dump has
+    one (gloo)."""
+    params = {"job": job, "attempt": attempt}
     rows = con.execute(
-        """
-        WITH g AS (SELECT pg_name, any_value(pg_desc) AS pg_desc, list_distinct(flatten(list(ranks))) AS members
-                   FROM groups WHERE job = $job AND attempt = $attempt GROUP BY pg_name),
-             e AS (SELECT pg_name, any_value(pg_desc) AS pg_desc, list(DISTINCT rank) AS ranks
-                   FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name)
-        SELECT coalesce(g.pg_name, e.pg_name), coalesce(g.pg_desc, e.pg_desc), coalesce(g.members, e.ranks)
-        FROM g FULL JOIN e USING (pg_name)
-        """,
-        {"job": job, "attempt": attempt},
-    ).fetchall()
+        """SELECT pg_name, any_value(pg_desc), list_distinct(flatten(list(ranks))) FROM groups
+           WHERE job = $job AND attempt = $attempt GROUP BY pg_name""", params).fetchall()
+    if not rows:
+        rows = con.execute(
+            """SELECT pg_name, any_value(pg_desc), list(DISTINCT rank) FROM entries
+               WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name""", params).fetchall()
     out = [{"pg": pg, "pg_desc": desc, "members": sorted(members or [])} for pg, desc, members in rows]
     return sorted(out, key=lambda g: (-len(g["members"]), g["pg_desc"] or "", _natural(g["pg"])))
 
