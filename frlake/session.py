@@ -192,9 +192,10 @@ class Frlake:
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
         out = []
+        complete = self.catalog.marked_complete()  # one read for all: a user's mark is never lost
         for job, attempt in keys:
             revision = self.catalog.attempt_revision(job, attempt) or 0
-            diag = self._analyse(job, attempt, None)
+            diag = self._analyse(job, attempt, (job, attempt) in complete)
             self.catalog.save_diagnosis(diag, revision)
             log.info("%s", diag.summary)
             out.append(diag)

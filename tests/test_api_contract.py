@@ -182,6 +182,12 @@ def test_uploads_and_complete_have_the_documented_keys(small, corpus, tmp_path):
     body = done.get_json()
     assert set(body) == DOC[("POST", "/api/jobs/<job>/attempts/<n>/complete")]["keys"]
     assert body["complete"] and not body["diagnosis"]["waiting_for_dumps"]
+    assert body["verdict"] == "hang" and body["diagnosis"]["culprits"]  # diagnosed with the dump there is
+    from frlake.session import Frlake
+
+    with Frlake(small) as fl:  # the mark survives a rediagnose (after an upgrade of frlake)
+        (again,) = fl.rediagnose("one-of-four")
+    assert again.complete and not again.waiting_for_dumps and again.verdict == "hang"
 
 
 def test_an_upload_over_the_limit_gets_the_json_error(small):

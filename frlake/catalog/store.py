@@ -463,6 +463,18 @@ class Catalog:
             return {"verdict": counts(matching.c.verdict, matching), "host": counts(by_host.c.host, by_host),
                     "reason": counts(matching.c.reason, matching)}
 
+    def marked_complete(self) -> set[tuple[str, int]]:
+        """The attempts a user said are complete (no more dumps will come): the
+        mark is kept in their stored diagnosis (``Diagnosis.complete``). One
+        statement, whatever the number of attempts."""
+        with self.session() as s:
+            rows = s.execute(
+                select(Job.name, Attempt.number, IncidentRow.report)
+                .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+                .where(IncidentRow.report.contains('"complete": true', autoescape=True))
+            ).all()
+        return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
+
     def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
                       since_ns: int | None = None, until_ns: int | None = None, reason: str | None = None,
                       exact_host: str | None = None, offset: int = 0,
