@@ -15,13 +15,15 @@ def groups_of(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[di
     one (gloo)."""
     params = {"job": job, "attempt": attempt}
     rows = con.execute(
-        """SELECT pg_name, any_value(pg_desc), list_distinct(flatten(list(ranks))) FROM groups
+        """SELECT pg_name, any_value(pg_desc), list_distinct(flatten(list(ranks))), list(DISTINCT rank) FROM groups
            WHERE job = $job AND attempt = $attempt GROUP BY pg_name""", params).fetchall()
     if not rows:
         rows = con.execute(
-            """SELECT pg_name, any_value(pg_desc), list(DISTINCT rank) FROM entries
+            """SELECT pg_name, any_value(pg_desc), list(DISTINCT rank), list(DISTINCT rank) FROM entries
                WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name""", params).fetchall()
-    out = [{"pg": pg, "pg_desc": desc, "members": sorted(members or [])} for pg, desc, members in rows]
+    # recorded_by: the ranks whose dump names the group (so they did dump)
+    out = [{"pg": pg, "pg_desc": desc, "members": sorted(members or []), "recorded_by": set(by or [])}
+           for pg, desc, members, by in rows]
     return sorted(out, key=lambda g: (-len(g["members"]), g["pg_desc"] or "", _natural(g["pg"])))
 
 
@@ -76,8 +78,7 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
     ).fetchall()
     seqs = sorted({r[1] for r in rows})
     ranks = (group["members"] or sorted({r[0] for r in rows}))[:max_ranks]  # only the group's members
-    dumped = {r for (r,) in con.execute("SELECT DISTINCT rank FROM dumps WHERE job = $job AND attempt = $attempt",
-                                        {"job": job, "attempt": attempt}).fetchall()}
+    dumped = set().union(*(g["recorded_by"] for g in groups), (r[0] for r in rows))
     no_dump = [rank for rank in ranks if rank not in dumped]  # unknown, not "never arrived": nothing says
     grid = {(r[0], r[1]): r[3] for r in rows}
     late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]

@@ -12,7 +12,7 @@ from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import UnknownGroup, arrivals, perfetto_trace, progress
 from frlake.query.history import attempt_dict, host_history, job_history
 from frlake.query.reports import REPORTS
-from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
+from frlake.server.context import attempt_facets, catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
 from frlake.server.params import diagnosis, int_arg, known_attempt, known_job, list_attempts_args, similar, window
 
@@ -50,7 +50,7 @@ def jobs():
     grouped: dict[str, list] = {}
     for a in rows:
         grouped.setdefault(a.job, []).append(attempt_dict(a))
-    facets = catalog().attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
+    facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     return jsonify({"total_attempts": total, "page": page, "per_page": per_page,
                     "jobs": [{"job": j, "attempts": atts} for j, atts in grouped.items()],
                     "attempts": [attempt_dict(a) for a in rows],

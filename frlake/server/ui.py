@@ -8,7 +8,7 @@ from flask import Blueprint, request
 from frlake.diagnose.model import REASONS, VERDICTS
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
-from frlake.server.context import catalog, config, lake
+from frlake.server.context import attempt_facets, catalog, config, lake
 from frlake.server.errors import ApiError
 from frlake.server.params import choice_arg, diagnosis, host_arg, known_job, list_attempts_args, window
 from frlake.server.tables import Export, export_url, respond
@@ -30,7 +30,7 @@ def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
     total, rows = catalog().list_attempts(**args)
-    facets = catalog().attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
+    facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_ns"],
                    [[a.job, a.attempt, a.verdict, _root(a), list(a.hosts), a.n_dumps, a.started_ns] for a in rows])
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
