@@ -156,16 +156,26 @@ class Frlake:
             return self.ingest(options=options, sources=upload.ready_sources(), keep_file_list=True)
 
     # -- diagnose ---------------------------------------------------------------
-    def diagnose(self, job: str, attempt: int | None = None, *, store: bool = True) -> Diagnosis:
+    def diagnose(self, job: str, attempt: int | None = None, *, store: bool = True,
+                 complete: bool | None = None) -> Diagnosis:
         """Diagnose one attempt of a job (default: its latest) and, with
         ``store``, keep the result in the catalog. ``store=False`` computes
-        without writing anything (what a web page uses)."""
+        without writing anything (what a web page uses). ``complete=True``
+        says no more dumps of it will come (see :meth:`mark_complete`)."""
         attempt = self._attempt_number(job, attempt)
         revision = self.catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they
-        diag = self._analyse(job, attempt)
+        diag = self._analyse(job, attempt, complete)
         if store:
             self.catalog.save_diagnosis(diag, revision)
         return diag
+
+    def mark_complete(self, job: str, attempt: int) -> Diagnosis:
+        """Say that no more dumps of this attempt will come: an attempt that
+        was "incomplete, waiting for more dumps" is diagnosed with the dumps
+        there are (its ranks without a dump may then be named as roots). The
+        mark is kept with the stored diagnosis, and every later diagnosis of
+        the attempt (more dumps, rediagnose) keeps it."""
+        return self.diagnose(job, attempt, complete=True)
 
     def rediagnose(self, job: str | None = None) -> list[Diagnosis]:
         """Recompute and store the diagnosis of every attempt (of ``job``)."""
@@ -183,25 +193,30 @@ class Frlake:
         """The stored diagnosis, or one computed now and not stored (a read
         never writes)."""
         self._attempt_number(job, attempt)
-        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt)
+        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt, None)
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
         out = []
+        complete = self.catalog.marked_complete()  # one read for all: a user's mark is never lost
         for job, attempt in keys:
             revision = self.catalog.attempt_revision(job, attempt) or 0
-            diag = self._analyse(job, attempt)
+            diag = self._analyse(job, attempt, (job, attempt) in complete)
             self.catalog.save_diagnosis(diag, revision)
             log.info("%s", diag.summary)
             out.append(diag)
         return out
 
-    def _analyse(self, job: str, attempt: int) -> Diagnosis:
+    def _analyse(self, job: str, attempt: int, complete: bool | None) -> Diagnosis:
         """Each attempt is read through views over its own files only, so a
-        diagnosis costs the same however long the history is."""
+        diagnosis costs the same however long the history is. ``complete``
+        None: as the stored diagnosis says (a user's mark is never lost)."""
         from frlake.diagnose.analyze import diagnose_attempt
 
+        if complete is None:
+            stored = self.catalog.diagnosis(job, attempt)
+            complete = bool(stored and stored.complete)
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
-            return diagnose_attempt(con, job, attempt)
+            return diagnose_attempt(con, job, attempt, complete=complete)
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
         if attempt is None:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -58,11 +59,25 @@ def _serve(lake: Path, *args: str):
     return url, proc
 
 
+def unknown_host_job(root: Path, corpus: Path) -> Path:
+    """A real hang whose root cause has no known host: job-f2518d (rank 1 never
+    joined) where rank 1 left no dump, and the others ran one per host, so no
+    block of ranks tells its host."""
+    tree = root / "nohost"
+    for rank, host in ((0, "gpu-x01"), (2, "gpu-x02"), (3, "gpu-x03")):
+        src = next((corpus / "job-f2518d" / "attempt-0").glob(f"*/rank_{rank}"))
+        dst = tree / "job-nohost" / "attempt-0" / host / f"rank_{rank}"
+        dst.parent.mkdir(parents=True)
+        shutil.copy(src, dst)
+    return tree
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, corpus):
     lake = tmp_path_factory.mktemp("browser") / "lake"
     settings = Settings.resolve(lake)
     ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")], settings)
+    ingest([unknown_host_job(lake.parent, corpus)], settings)
     url, proc = _serve(lake, "--token", TOKEN)
     yield url
     proc.terminate()
@@ -112,7 +127,7 @@ def test_sql_console_runs_a_query(server, page):
     page.click("#run")
     page.wait_for_selector("#sql-result tbody tr")
     assert page.locator("#sql-result thead th").inner_text() == "jobs"
-    assert page.locator("#sql-result tbody td").first.inner_text() == "4"
+    assert page.locator("#sql-result tbody td").first.inner_text() == "5"  # the four corpus jobs and job-nohost
     page.fill("#sql", "COPY dumps TO '/tmp/x.csv'")
     page.click("#run")
     page.wait_for_function("() => document.getElementById('sql-status').textContent.startsWith('error')")
@@ -160,3 +175,181 @@ def test_forms_work_on_a_server_without_a_token(page, corpus, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _shot(page, name):
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def _column(page, table, index):
+    return page.eval_on_selector_all(f"#{table} tbody tr", f"rows => rows.map(r => r.cells[{index}].innerText)")
+
+
+def test_every_table_sorts_by_its_header(server, page):
+    page.goto(server + "/")
+    page.click("#jobs thead th:has-text('dumps')")
+    dumps = [int(v) for v in _column(page, "jobs", 5)]
+    assert dumps == sorted(dumps) and dumps[0] < dumps[-1]
+    assert page.get_attribute("#jobs thead th:has-text('dumps')", "aria-sort") == "ascending"
+    page.click("#jobs thead th:has-text('dumps')")
+    assert [int(v) for v in _column(page, "jobs", 5)] == sorted(dumps, reverse=True)
+    page.click("#jobs thead th:has-text('job')")
+    jobs = _column(page, "jobs", 0)
+    assert jobs == sorted(jobs)
+    for url, table in (("/hosts", "hosts"), ("/reports/hangs", "hangs"), ("/reports/slow-ranks", "slow-ranks"),
+                       ("/jobs/job-f70c5d", "attempts"), ("/hosts/gpu-b03", "history")):
+        page.goto(server + url)
+        assert page.locator(f"#{table}.sortable thead th").count() > 2, url
+        page.locator(f"#{table} thead th").first.click()
+        assert page.get_attribute(f"#{table} thead th >> nth=0", "aria-sort") == "ascending", url
+
+
+def test_facets_filters_and_export_links(server, page):
+    page.goto(server + "/")
+    facet = page.locator(".facet[data-facet=verdict]")
+    counts = dict(zip(facet.locator("li a").all_inner_texts(), map(int, facet.locator(".count").all_inner_texts())))
+    assert counts["hang"] == 3  # job-223715, job-f70c5d and job-nohost, attempt 0 each
+    _shot(page, "jobs-facets")
+    facet.locator("a", has_text="hang").click()
+    page.wait_for_url("**verdict=hang**")
+    assert len(_column(page, "jobs", 2)) == counts["hang"]
+    assert set(_column(page, "jobs", 2)) == {"hang"}
+    csv_href = page.get_attribute("a.export-csv", "href")
+    csv_text = page.evaluate("href => fetch(href).then(r => r.text())", csv_href)
+    assert csv_text.splitlines()[0].startswith("job,attempt,verdict") and len(csv_text.splitlines()) == 1 + counts["hang"]
+    as_json = page.evaluate("href => fetch(href).then(r => r.json())", page.get_attribute("a.export-json", "href"))
+    assert [r["verdict"] for r in as_json["rows"]] == ["hang"] * counts["hang"]
+    page.goto(server + "/?host=B03")  # a part of the name, any case
+    hosts = " ".join(_column(page, "jobs", 4))
+    assert "gpu-b03" in hosts and len(_column(page, "jobs", 4)) >= 3
+    page.goto(server + "/reports/hangs")
+    assert page.locator(".facet[data-facet=reason] li").count() >= 1
+    page.locator(".facet[data-facet=reason] a", has_text="size_mismatch").click()
+    page.wait_for_url("**reason=size_mismatch**")
+    assert set(_column(page, "hangs", 2)) == {"size_mismatch"}
+    _shot(page, "hangs-facets")
+
+
+def test_sql_in_the_url_ctrl_enter_schema_and_errors(server, page):
+    page.goto(server + "/sql")
+    page.fill("#token", TOKEN)  # kept for the page's later queries
+    page.goto(server + "/sql?sql=" + urllib.parse.quote("SELECT count(DISTINCT job) AS jobs FROM dumps WHERE job LIKE 'job-%'"))
+    page.wait_for_selector("#sql-result tbody tr")  # it runs on load
+    assert page.locator("#sql-result tbody td").first.inner_text() == "5"
+    assert page.locator("#schema details.view").count() == 14
+    page.locator("#schema details[data-view=culprits] summary").click()
+    assert "0 is the root cause" in page.locator("#schema details[data-view=culprits]").inner_text()
+    page.fill("#sql", "SELECT job, attempt FROM incidents WHERE verdict = 'hang' AND job LIKE 'job-%' ORDER BY job")
+    page.focus("#sql")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => document.querySelectorAll('#sql-result tbody tr').length === 3")
+    assert "verdict" in urllib.parse.unquote_plus(page.url)  # the query lives in the address
+    shared = page.url
+    assert page.locator("#sql-exports a.export-csv").count() == 1
+    _shot(page, "sql-result")
+    page.fill("#sql", "SELECT * FROM dump")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => document.getElementById('sql-status').textContent.startsWith('error')")
+    assert 'Did you mean "dumps"' in page.locator("#sql-status").inner_text()
+    assert page.locator("#sql-result tr").count() == 0  # the previous result is gone
+    _shot(page, "sql-error")
+    page.goto(shared)
+    page.wait_for_function("() => document.querySelectorAll('#sql-result tbody tr').length === 3")
+
+
+def test_the_job_page(server, page):
+    page.goto(server + "/")
+    page.locator("a.job-link", has_text="job-f70c5d").first.click()
+    page.wait_for_url("**/jobs/job-f70c5d")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('job-chart')) !== undefined")
+    assert _column(page, "attempts", 0) == ["attempt 0", "attempt 1", "attempt 2"]
+    recurring = page.locator("#recurring").inner_text()
+    assert "gpu-b03" in recurring  # the root cause of attempts 0 and 2
+    assert page.locator("nav.crumbs").inner_text().startswith("Jobs")
+    _shot(page, "job")
+    page.goto(server + "/jobs/job-223715")
+    assert page.locator("#no-recurring").count() == 1
+
+
+def test_pages_work_with_an_unknown_host(server, page):
+    for url in ("/", "/reports/hangs", "/hosts", "/reports/slow-ranks", "/jobs/job-nohost",
+                "/jobs/job-nohost/attempts/0"):
+        response = page.goto(server + url)
+        assert response.status == 200, url
+    assert page.locator("#root-cause .culprit-host").inner_text() == "unknown"
+    assert "rank 1" in page.locator("#root-cause").inner_text()
+    assert "left no dump" in page.locator("#root-cause").inner_text()
+    assert "rank 0 on gpu-x01" in page.locator("#waiting-for-root").inner_text()
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    _shot(page, "attempt-unknown-host")
+    page.goto(server + "/reports/hangs")
+    assert "unknown host" in page.locator("#hangs").inner_text()
+
+
+def test_the_attempt_page_explains_the_incident(server, page):
+    page.goto(server + "/jobs/job-f70c5d/attempts/0")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    root = page.locator("#root-cause").inner_text()
+    assert "rank 5" in root and "Waiting for it: rank" in root
+    roles = _column(page, "culprits", 2)
+    assert any(r.startswith("victim: waits for rank 5 on gpu-b03") for r in roles)
+    chart = page.evaluate("""() => { const c = Chart.getChart(document.getElementById('arrivals'));
+        return {labels: c.data.datasets.map(d => d.label), colours: c.data.datasets.map(d => d.backgroundColor),
+                ranks: c.options.scales.y.labels}; }""")
+    assert len(set(chart["colours"])) == len(chart["colours"])  # distinct legend colours
+    assert chart["ranks"] == ["5", "7"] or len(chart["ranks"]) == 2  # only the tp group's members
+    options = page.locator("#arrivals-group option")
+    assert options.count() >= 3
+    _shot(page, "attempt")
+    other = options.nth(0).get_attribute("value")
+    page.select_option("#arrivals-group", other)
+    page.wait_for_function(f"() => document.getElementById('arrivals').dataset.loaded === {other!r}")
+    assert len(page.evaluate("() => Chart.getChart(document.getElementById('arrivals')).options.scales.y.labels")) == 8
+    page.goto(server + "/jobs/job-65a07f/attempts/0")  # a straggler: values on an absolute scale
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    _shot(page, "attempt-straggler")
+
+
+def test_host_page_and_no_data_states(server, page):
+    page.goto(server + "/hosts/gpu-b03")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('host-chart')) !== undefined")
+    assert "Diagnoses that name this host" in page.locator("#named-title").inner_text()
+    assert "root cause" in page.locator("#culprit-of").inner_text()
+    _shot(page, "host")
+    page.goto(server + "/hosts?since=2100-01-01")
+    assert page.locator(".chart-box .no-data").inner_text().startswith("no host")
+    page.goto(server + "/reports/slow-ranks?since=2100-01-01")
+    assert page.locator(".no-data").count() == 1
+    page.goto(server + "/jobs/nope")
+    assert "no job 'nope'" in page.locator("#error-message").inner_text()
+    assert page.locator("#error-see a", has_text="job-").count() >= 1
+    _shot(page, "error")
+
+
+def test_upload_one_dump_of_four_then_mark_it_complete(server, page, corpus, tmp_path):
+    dump = tmp_path / "rank_0"
+    shutil.copy(corpus / "job-e211c0/attempt-0/gpu-a01/rank_0", dump)
+    page.goto(server + "/upload")
+    page.set_input_files("#files", str(dump))
+    for name, value in (("job", "one-of-four"), ("attempt", "0"), ("host", "gpu-q01"), ("rank", "0")):
+        page.fill(f"input[name={name}]", value)
+    page.fill("#token", TOKEN)
+    page.click("#send")
+    page.wait_for_selector("#upload-result[data-done]")
+    assert "waiting for more dumps" in page.locator("#upload-result").inner_text()
+    _shot(page, "upload-one-of-four")
+    page.locator("#upload-result a.attempt-link").click()
+    page.wait_for_url("**/jobs/one-of-four/attempts/0")
+    assert "incomplete" in page.locator("h1 .verdict").inner_text()
+    assert page.locator("#root-cause").count() == 0  # no invented roots
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    _shot(page, "attempt-waiting")
+    page.click("#mark-complete")
+    page.wait_for_selector("#marked-complete")
+    assert page.locator("#root-cause").count() == 1 and "hang" in page.locator("h1 .verdict").inner_text()
+    page.goto(server + "/upload")
+    page.set_input_files("#files", str(dump))
+    page.fill("input[name=attempt]", "zero")
+    page.click("#send")
+    page.wait_for_selector("#upload-result[data-done=error]")
+    assert "the attempt field must be a whole number" in page.locator("#upload-result").inner_text()

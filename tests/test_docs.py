@@ -123,3 +123,29 @@ def test_the_verdicts_are_documented_in_their_order():
     positions = [section.find(f"`{v.value}`") for v in Verdict]
     assert -1 not in positions, "every verdict is in docs/diagnose.md"
     assert positions == sorted(positions), "in the order of precedence of frlake.diagnose.model.Verdict"
+
+
+def test_every_view_and_column_a_query_sees_has_its_meaning_in_schema_md(corpus_lake):
+    """The SQL console's schema browser reads the meanings from docs/schema.md:
+    a new view or column without one fails here."""
+    import frlake
+    from frlake.query.schema_doc import meaning, schema_meanings
+    from frlake.server.schema_browser import schema_browser, view_names
+
+    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    browser = schema_browser(con)
+    assert [v["view"] for v in browser] == view_names()
+    for v in browser:
+        assert v["view"] in schema_meanings(), f"no ### `{v['view']}` section in docs/schema.md"
+        assert v["columns"], f"{v['view']} has no columns"
+        for c in v["columns"]:
+            assert c["meaning"], f"{v['view']}.{c['name']} has no meaning in docs/schema.md"
+    assert meaning("culprits", "started") == "started_ns as a timestamp (UTC)"
+
+
+def test_query_help_lists_every_view():
+    from frlake.server.schema_browser import view_names
+
+    result = runner.invoke(app, ["query", "--help"], env={"COLUMNS": "200"})
+    for name in view_names():
+        assert name in result.output, name

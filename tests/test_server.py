@@ -133,7 +133,7 @@ def test_pages_render(client):
                 "/reports/slow-ranks", "/reports/hangs", "/sql", "/upload"]:
         r = client.get(url)
         assert r.status_code == 200, url
-        assert b"<nav>" in r.data
+        assert b"<nav class=\"top\">" in r.data
     page = client.get("/jobs/job-223715/attempts/0").get_data(as_text=True)
     assert "gpu-b03" in page and "Root cause" in page and "chart.umd.min.js" in page
     assert client.get("/static/vendor/chart.umd.min.js").status_code == 200

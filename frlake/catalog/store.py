@@ -417,10 +417,7 @@ class Catalog:
             )
         return Diagnosis.from_dict(json.loads(report)) if report else None
 
-    def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
-                      since_ns: int | None = None, until_ns: int | None = None, offset: int = 0,
-                      limit: int = 50) -> tuple[int, list[AttemptRow]]:
-        """Attempts newest first, filtered; returns (total matching, one page)."""
+    def _attempts_query(self, job, host, verdict, since_ns, until_ns, reason=None, exact_host=None):
         n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
         root = (select(CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.incident_id)
                 .where(CulpritRow.position == 0).subquery())
@@ -435,13 +432,61 @@ class Catalog:
             q = q.where(Job.name == job)
         if verdict is not None:
             q = q.where(IncidentRow.verdict == verdict)
-        if host is not None:
-            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == host).exists()
-                        | (root.c.host == host))
+        if reason is not None:
+            q = q.where(root.c.reason == reason)
+        if host is not None:  # a part of the host's name, any case ("b03" finds gpu-b03)
+            part = host.lower()
+            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id,
+                                              func.lower(Dump.host).contains(part, autoescape=True)).exists()
+                        | func.lower(root.c.host).contains(part, autoescape=True))
+        if exact_host is not None:
+            q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == exact_host).exists()
+                        | (root.c.host == exact_host))
         if since_ns is not None:
             q = q.where(Attempt.started_ns >= since_ns)
         if until_ns is not None:
             q = q.where(Attempt.started_ns < until_ns)
+        return q
+
+    def attempt_facets(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
+                       since_ns: int | None = None, until_ns: int | None = None, reason: str | None = None,
+                       limit: int = 20) -> dict[str, list[tuple[str, int]]]:
+        """Counts of the attempts ``list_attempts`` would list, by verdict, by
+        host (the attempts with a dump from it) and by the root cause's
+        reason, most first (datasette's facets)."""
+        matching = self._attempts_query(job, host, verdict, since_ns, until_ns, reason).subquery()
+        with self.session() as s:
+            def counts(column, source) -> list[tuple[str, int]]:
+                n = func.count().label("n")
+                rows = s.execute(select(column, n).select_from(source).where(column.is_not(None))
+                                 .group_by(column).order_by(n.desc(), column).limit(limit)).all()
+                return [(r[0], r[1]) for r in rows]
+
+            by_host = (select(Dump.host.label("host"), Dump.attempt_id).distinct()
+                       .where(Dump.attempt_id.in_(select(matching.c.id))).subquery())
+            return {"verdict": counts(matching.c.verdict, matching), "host": counts(by_host.c.host, by_host),
+                    "reason": counts(matching.c.reason, matching)}
+
+    def marked_complete(self) -> set[tuple[str, int]]:
+        """The attempts a user said are complete (no more dumps will come): the
+        mark is kept in their stored diagnosis (``Diagnosis.complete``). One
+        statement, whatever the number of attempts."""
+        with self.session() as s:
+            rows = s.execute(
+                select(Job.name, Attempt.number, IncidentRow.report)
+                .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+                .where(IncidentRow.report.contains('"complete": true', autoescape=True))
+            ).all()
+        return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
+
+    def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
+                      since_ns: int | None = None, until_ns: int | None = None, reason: str | None = None,
+                      exact_host: str | None = None, offset: int = 0,
+                      limit: int = 50) -> tuple[int, list[AttemptRow]]:
+        """Attempts newest first, filtered (``host``: a part of a host's name,
+        any case; ``exact_host``: that host; ``reason``: the root cause's); returns
+        (total matching, one page)."""
+        q = self._attempts_query(job, host, verdict, since_ns, until_ns, reason, exact_host)
         with self.session() as s:
             total = s.scalar(select(func.count()).select_from(q.subquery()))
             rows = s.execute(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -12,14 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from frlake.config import Settings
 
 if TYPE_CHECKING:
     from frlake.session import Frlake
 from frlake.errors import FrlakeError
-from frlake.values import plain
+from frlake.values import csv_lines, ndjson_lines, plain, records
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,6 +27,7 @@ class Format(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    ndjson = "ndjson"
 
 
 LakeOpt = Annotated[
@@ -40,7 +39,8 @@ DbUrlOpt = Annotated[
     typer.Option("--db-url", envvar="FRLAKE_DB_URL", help="Catalog URL (default: SQLite inside the lake).",
                  show_default=False),
 ]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: a table that fits the terminal, "
+                                                                   "CSV, JSON, or NDJSON (one JSON object a line).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 
@@ -88,23 +88,31 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None) -> None:
+def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None, *,
+              max_shown: int | None = None) -> None:
+    """Rows in the chosen format: a table that fits the terminal (with
+    ``max_shown``, the first and last rows of a longer result), CSV with a
+    header even without rows, JSON (one list), or NDJSON (one object a line).
+    Nested values are JSON in every format."""
+    write = sys.stdout.write
     if fmt is Format.json:
-        data = [{c: plain(v) for c, v in zip(columns, row)} for row in rows]
-        sys.stdout.write(json.dumps(data, default=str, indent=2) + "\n")
+        write(json.dumps(records(columns, rows), default=str, indent=2) + "\n")
+    elif fmt is Format.ndjson:
+        for line in ndjson_lines(columns, rows):
+            write(line)
     elif fmt is Format.csv:
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([plain(v) for v in row])
+        for line in csv_lines(columns, rows):
+            write(line)
     else:
-        table = Table(title=title, show_lines=False)
-        for c in columns:
-            table.add_column(str(c), overflow="fold")
-        for row in rows:
-            table.add_row(*["" if v is None else str(plain(v)) for v in row])
-        console.print(table)
+        from frlake.cli._table import render
+
+        write(render(columns, rows, max_rows=max_shown, title=title))
 
 
-def emit_json(data: object) -> None:
+def emit_json(data: object, fmt: Format = Format.json) -> None:
+    """A document as JSON; as NDJSON, a list is one line per item and anything else one line."""
+    if fmt is Format.ndjson:
+        for item in data if isinstance(data, list) else [data]:
+            sys.stdout.write(json.dumps(item, default=plain) + "\n")
+        return
     sys.stdout.write(json.dumps(data, default=plain, indent=2) + "\n")

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.panel import Panel
-from rich.table import Table
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
+from frlake.diagnose.words import role_text, waiting_text
 
 if TYPE_CHECKING:
     from frlake.diagnose import Diagnosis
@@ -19,15 +19,19 @@ def diagnose_command(
     ctx: typer.Context,
     job: Annotated[str, typer.Argument(help="The job to diagnose.")],
     attempt: Annotated[int | None, typer.Option(help="The attempt (default: the latest).", min=0)] = None,
+    complete: Annotated[bool, typer.Option(
+        "--complete", help="No more dumps of this attempt will come: diagnose an attempt that is "
+                           "waiting for more dumps with the ones there are (kept with its diagnosis).")] = False,
     fmt: FormatOpt = Format.table,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
     """Say what went wrong in an attempt and who caused it, root cause first."""
     with open_session(ctx, lake, db_url, must_exist=True) as session:
-        diag = session.diagnose(job, attempt)
-    if fmt is Format.json:
-        emit_json(diag.to_dict())
+        diag = session.mark_complete(job, session.diagnose(job, attempt, store=False).attempt) if complete \
+            else session.diagnose(job, attempt)
+    if fmt in (Format.json, Format.ndjson):
+        emit_json(diag.to_dict(), fmt)
     elif fmt is Format.csv:
         emit_rows(*_culprit_rows(diag), fmt)
     else:
@@ -52,27 +56,38 @@ def rediagnose_command(
 
 def _culprit_rows(diag: Diagnosis):
     columns = ["job", "attempt", "verdict", "position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op",
-               "lateness_ms"]
+               "lateness_ms", "waiters", "waiting_for", "waited_by"]
     rows = [[diag.job, diag.attempt, diag.verdict.value, i, c.rank, c.host, c.reason, c.role, c.pg, c.pg_desc, c.seq, c.op,
-             c.lateness_ms] for i, c in enumerate(diag.culprits)]
+             c.lateness_ms, c.waiters, c.waiting_for, c.waited_by] for i, c in enumerate(diag.culprits)]
     return columns, rows
 
 
 def render_report(diag: Diagnosis) -> None:
     """The diagnosis as a short incident report a person can act on."""
+    from frlake.cli._table import render
+
     style = diag.verdict.style
     console.print(Panel(diag.summary, title=f"[bold {style}]{diag.verdict.value.upper()}[/]  {diag.job} attempt {diag.attempt}",
                         expand=False))
     console.print(f"{len(diag.ranks_dumped)} of {diag.world_size} ranks dumped"
-                  + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""))
+                  + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""),
+                  highlight=False)
+    if diag.waiting_for_dumps:
+        console.print("Waiting for more dumps: ingest the other ranks' dumps, or run "
+                      f"`frlake diagnose {diag.job} --attempt {diag.attempt} --complete` if no more will come.",
+                      highlight=False)
     root = diag.root
     if root is None:
         return
-    console.print(f"\n[bold]Root cause[/]: rank {root.rank} on [bold]{root.host or 'unknown host'}[/] ({root.reason})")
+    console.print(f"\n[bold]Root cause[/]: rank {root.rank} on [bold]{root.host or 'an unknown host'}[/] ({root.reason})",
+                  highlight=False)
     if root.pg is not None:
-        console.print(f"  where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
+        console.print(f"  where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}",
+                      highlight=False)
+    if root.waited_by:
+        console.print(f"  waiting for it: {waiting_text(root.to_dict())}", highlight=False)
     if root.expected is not None:
-        console.print(f"  expected {root.expected}, found {root.found}")
+        console.print(f"  expected {root.expected}, found {root.found}", highlight=False)
     if root.lateness_ms is not None:
         console.print(f"  typically {root.lateness_ms:.1f} ms late")
     if root.evidence:
@@ -86,22 +101,18 @@ def render_report(diag: Diagnosis) -> None:
                       f"{format_ns(live.get('snapshot_ns'))}; innermost first):", highlight=False)
         _print_frames(live.get("frames") or [])
     if len(diag.culprits) > 1:
-        table = Table(title="Also involved", title_justify="left")
-        for col in ("rank", "host", "reason", "role", "group", "seq", "op"):
-            table.add_column(col)
-        for c in diag.culprits[1:20]:
-            table.add_row(str(c.rank), c.host or "?", c.reason, c.role, f"{c.pg_desc or ''} {c.pg or ''}",
-                          "" if c.seq is None else str(c.seq), c.op or "")
-        console.print(table)
+        rows = [[c.rank, c.host or "unknown", role_text(c.to_dict()), waiting_text(c.to_dict()),
+                 f"{c.pg_desc or ''} {c.pg or ''}".strip(), c.seq, c.op] for c in diag.culprits[1:20]]
+        console.file.write("\n" + render(["rank", "host", "role", "waited for by", "group", "seq", "op"], rows,
+                                         title="Also involved"))
+        if len(diag.culprits) > 20:
+            console.print(f"  ... and {len(diag.culprits) - 20} more (-f json lists them all)")
     behind = [g for g in diag.groups if g["behind"]]
     if behind:
-        table = Table(title="Process groups that did not finish together", title_justify="left")
-        for col in ("group", "members", "furthest seq", "behind"):
-            table.add_column(col)
-        for g in behind[:20]:
-            table.add_row(f"{g['pg_desc'] or ''} {g['pg']}", str(len(g["ranks"])), str(g["frontier"]),
-                          ", ".join(f"{r}@{_seq(g['last_enqueued'][str(r)])}" for r in g["behind"][:16]))
-        console.print(table)
+        rows = [[f"{g['pg_desc'] or ''} {g['pg']}", len(g["ranks"]), g["frontier"],
+                 ", ".join(f"{r}@{_seq(g['last_enqueued'][str(r)])}" for r in g["behind"][:16])] for g in behind[:20]]
+        console.file.write("\n" + render(["group", "members", "furthest seq", "behind (rank@last seq)"], rows,
+                                         title="Process groups that did not finish together"))
 
 
 def _print_frames(frames: list[dict]) -> None:

@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, QuietOpt, console, emit_json, open_session
+from frlake.cli._common import (
+    DbUrlOpt,
+    Format,
+    FormatOpt,
+    LakeOpt,
+    QuietOpt,
+    console,
+    emit_json,
+    emit_rows,
+    open_session,
+)
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
 
@@ -70,8 +80,16 @@ def ingest_command(
                 task = bar.add_task("ingest", total=None, mb=0.0)
                 summary = session.ingest(paths, options,
                                          lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
-    if fmt is Format.json:
-        emit_json(summary.to_dict())
+    if fmt in (Format.json, Format.ndjson):
+        emit_json(summary.to_dict(), fmt)
+        raise typer.Exit(exit_status(summary))
+    if fmt is Format.csv:  # one row: the run's counts (frlake files -f csv lists the files)
+        columns = ["run_id", "ingested", "already_present", "unchanged", "rejected", "entries", "seconds",
+                   "rejected_by_reason", "diagnosed"]
+        emit_rows(columns, [[summary.run_id, summary.ingested, summary.already_present, summary.unchanged,
+                             summary.rejected, summary.entries, round(summary.seconds, 3), summary.rejected_by_reason,
+                             [{"job": d["job"], "attempt": d["attempt"], "verdict": d["verdict"]}
+                              for d in summary.diagnosed]]], fmt)
         raise typer.Exit(exit_status(summary))
     console.print(
         f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "

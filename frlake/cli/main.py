@@ -12,7 +12,7 @@ from frlake.cli._common import DbUrlOpt, LakeOpt, show_log
 from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.entries import entries_command
 from frlake.cli.ingest import ingest_command
-from frlake.cli.query import files_command, query_command
+from frlake.cli.query import files_command, query_command, query_help
 from frlake.cli.report import report_command
 from frlake.cli.serve import serve_command
 
@@ -25,6 +25,18 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("frlake")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown"
+        typer.echo(f"frlake {number}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -32,6 +44,8 @@ def main_options(
     db_url: DbUrlOpt = None,
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True,
                                          help="Show what frlake does (-v), and more (-vv), on stderr.")] = 0,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print frlake's version and exit.")] = False,
 ) -> None:
     """Global options; every command also accepts them after its name."""
     ctx.obj = {"lake": lake, "db_url": db_url}
@@ -40,7 +54,7 @@ def main_options(
 
 
 app.command("ingest")(ingest_command)
-app.command("query")(query_command)
+app.command("query", help=query_help())(query_command)
 app.command("files")(files_command)
 app.command("diagnose")(diagnose_command)
 app.command("rediagnose")(rediagnose_command)

@@ -8,29 +8,49 @@ import typer
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, open_session, user_errors
 
+TABLE_ROWS = 40  # rows a terminal table shows (the first and last ones), as DuckDB's shell does
+
+
+def view_names() -> dict[str, list[str]]:
+    """Every view a query sees, by kind, from the code that makes them."""
+    from frlake.query.catalog_views import CATALOG_VIEWS
+    from frlake.query.views import _DERIVED
+    from frlake.schema import TABLES
+
+    return {"lake tables": list(TABLES), "catalog views": list(CATALOG_VIEWS), "derived views": list(_DERIVED)}
+
+
+def query_help() -> str:
+    kinds = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in view_names().items())
+    return ("Run one read-only SELECT / WITH / EXPLAIN over the views (columns and their meaning in "
+            f"docs/schema.md).\n\nViews: {kinds}.\n\n"
+            "A terminal table shows the columns that fit and the first and last rows; -f csv, json or ndjson "
+            "give every row and column.")
+
 
 def query_command(
     ctx: typer.Context,
     sql: Annotated[str, typer.Argument(help="One SELECT / WITH / EXPLAIN statement.")],
     fmt: FormatOpt = Format.table,
     timeout: Annotated[float, typer.Option(help="Seconds before the query is stopped.")] = 60.0,
-    max_rows: Annotated[int, typer.Option(help="Rows returned at most.")] = 10_000,
-    max_bytes: Annotated[int, typer.Option(help="Bytes returned at most (Arrow size).")] = 64 << 20,
-    max_memory: Annotated[int, typer.Option(help="DuckDB memory limit in bytes; nothing spills to disk.")] = 1 << 30,
+    max_rows: Annotated[int, typer.Option(help="Rows returned at most; 0 for no row limit (--max-bytes still "
+                                               "applies).", min=0)] = 10_000,
+    max_bytes: Annotated[int, typer.Option(help="Bytes returned at most (Arrow size).", min=1)] = 64 << 20,
+    max_memory: Annotated[int, typer.Option(help="DuckDB memory limit in bytes; nothing spills to disk.",
+                                            min=1)] = 1 << 30,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
-    """Run read-only SQL over the views entries, dumps, stacks, groups,
-    pg_status, jobs, attempts, files and ingest_runs (docs/schema.md)."""
-    from frlake.query.sandbox import QueryLimits, check_statement
+    from frlake.query.sandbox import UNLIMITED_ROWS, QueryLimits, check_statement
 
     with user_errors():
         check_statement(sql)  # a refused statement is refused before anything is opened
+        limits = QueryLimits(timeout, max_rows or UNLIMITED_ROWS, max_bytes, max_memory)
     with open_session(ctx, lake, db_url, must_exist=True) as session:
-        result = session.query(sql, QueryLimits(timeout, max_rows, max_bytes, max_memory))
-    emit_rows(result.columns, result.rows, fmt)
+        result = session.query(sql, limits)
+    emit_rows(result.columns, result.rows, fmt, max_shown=TABLE_ROWS)
     if result.truncated:
-        err_console.print(f"[yellow]only the first {len(result.rows):,} rows are shown (--max-rows, --max-bytes)[/]")
+        err_console.print(f"[yellow]only the first {len(result.rows):,} rows are returned (--max-rows, --max-bytes)[/]")
 
 
 def files_command(
@@ -44,6 +64,7 @@ def files_command(
     """List the files seen: ingested, already present (duplicate) or rejected and why."""
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         records = session.catalog.files(status="rejected" if rejected else None, limit=limit)
-    columns = ["path", "status", "reason", "detail", "job", "attempt", "host", "rank", "size", "sha256"]
+    # The columns a person reads first come first: a narrow terminal keeps them.
+    columns = ["path", "status", "reason", "job", "attempt", "rank", "host", "detail", "size", "sha256"]
     rows = [[getattr(r, c) for c in columns] for r in records]
     emit_rows(columns, rows, fmt)

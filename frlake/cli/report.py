@@ -2,47 +2,56 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, Format, LakeOpt, emit_json, emit_rows, open_session
-from frlake.query.reports import REPORTS
+from frlake.cli._common import DbUrlOpt, Format, LakeOpt, emit_json, emit_rows, open_session, user_errors
+from frlake.errors import FrlakeError
+from frlake.query.reports import REPORTS, parse_when
 
-DateOpt = Annotated[datetime | None, typer.Option(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"], show_default=False)]
+WhenOpt = Annotated[str | None, typer.Option(
+    help="An ISO 8601 date (a whole day, UTC) or date-time with its offset, e.g. 2026-11-29 or "
+         "2026-11-29T14:00:00+01:00 (without an offset: UTC).", show_default=False)]
 
 
 # Typer needs the choices as an Enum: made from the one registry of reports.
 ReportName = Enum("ReportName", {name: name for name in REPORTS}, type=str)
+# The output formats of every command, and slurm: the drain list's hosts to exclude, as Slurm's --exclude takes them.
+ReportFormat = Enum("ReportFormat", {**{f.name: f.value for f in Format}, "slurm": "slurm"}, type=str)
 
 
-class ReportFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    slurm = "slurm"  # drain only: the hosts to exclude, as Slurm's --exclude takes them
+def _when(name: str, text: str | None) -> date | datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_when(text)
+    except ValueError:
+        raise FrlakeError(f"--{name} must be an ISO 8601 date or date-time such as 2026-11-29 or "
+                          f"2026-11-29T14:00:00+01:00, not {text!r}") from None
 
 
 def report_command(
     ctx: typer.Context,
     name: Annotated[ReportName, typer.Argument(help="; ".join(f"{r.name}: {r.question}" for r in REPORTS.values()))],
-    since: DateOpt = None,
-    until: DateOpt = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many rows.")] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format (slurm: drain only).")] = ReportFormat.table,
+    since: WhenOpt = None,
+    until: WhenOpt = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many rows.", min=1)] = None,
+    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format (slurm: drain only).")] = "table",
     explain: Annotated[str | None, typer.Option("--explain", metavar="HOST",
                                                 help="drain: the evidence behind HOST and the arithmetic.")] = None,
-    now: Annotated[datetime | None, typer.Option(help="drain: apply the policy as of this time (default: now).",
-                                                 formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"],
-                                                 show_default=False)] = None,
+    now: Annotated[str | None, typer.Option(help="drain: apply the policy as of this ISO 8601 time (default: now).",
+                                            show_default=False)] = None,
     half_life_days: Annotated[float, typer.Option(help="drain: evidence halves every this many days.")] = 14.0,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
     """Fleet questions over all history, each row with its evidence (jobs and
-    attempts). --since/--until are dates (UTC, inclusive) of the attempts' start.
+    attempts). --since/--until bound the attempts' start, both inclusive. A
+    terminal table shows the report's main columns (those that fit); CSV,
+    JSON and NDJSON carry every column, evidence included.
 
     drain: which hosts (and GPUs) to avoid or exclude now, by a repeat-offender
     policy (docs/reports.md): -f slurm prints the hosts to exclude as
@@ -50,16 +59,21 @@ def report_command(
     from frlake.query.reports import Window
 
     params = {}
-    if name.value == "drain":
-        from frlake.query.drain import DrainPolicy
+    with user_errors():
+        window = Window(_when("since", since), _when("until", until))
+        if name.value == "drain":
+            from frlake.query.drain import DrainPolicy
 
-        if now is not None and now.tzinfo is None:
-            now = now.replace(tzinfo=UTC)
-        params["policy"] = DrainPolicy(now=now, half_life_days=half_life_days)
-    elif fmt is ReportFormat.slurm or explain:
-        raise typer.BadParameter("--format slurm and --explain are for the drain report", param_hint="--format")
+            when = _when("now", now)
+            if isinstance(when, datetime) and when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            elif when is not None and not isinstance(when, datetime):
+                when = datetime.combine(when, datetime.min.time(), tzinfo=UTC)
+            params["policy"] = DrainPolicy(now=when, half_life_days=half_life_days)
+        elif fmt.value == "slurm" or explain or now:
+            raise FrlakeError("--format slurm, --explain and --now are for the drain report")
     with open_session(ctx, lake, db_url, must_exist=True) as session:
-        rows = session.report(name.value, Window(since, until), limit, **params)
+        rows = session.report(name.value, window, limit, **params)
     if explain is not None:
         from frlake.query.drain import explain as explain_row
 
@@ -69,35 +83,30 @@ def report_command(
             return
         typer.echo(explain_row(row, params["policy"]))
         return
-    if fmt is ReportFormat.slurm:
+    if fmt.value == "slurm":
         from frlake.query.drain import slurm_exclude
 
         typer.echo(slurm_exclude(rows))
         return
-    fmt = Format(fmt.value)
-    if fmt is Format.json:
-        emit_json(rows)
+    out = Format(fmt.value)
+    if out in (Format.json, Format.ndjson):
+        emit_json(list(rows), out)
         return
-    if not rows:
-        emit_rows([], [], fmt)
-        return
-    columns = list(rows[0]) if fmt is Format.csv else list(REPORTS[name.value].columns)
-    table = [[_cell(r[c], fmt) for c in columns] for r in rows]
-    emit_rows(columns, table, fmt)
+    columns = list(rows.columns) if out is Format.csv else list(REPORTS[name.value].columns)
+    table = [[r[c] if out is Format.csv else _cell(r[c]) for c in columns] for r in rows]
+    emit_rows(columns, table, out, title=REPORTS[name.value].title if out is Format.table else None)
 
 
-def _cell(value, fmt: Format):
-    """Evidence lists and maps, shortened for a table; whole for CSV."""
+def _cell(value):
+    """Evidence lists and maps, shortened for a table."""
     if isinstance(value, list):
         if value and isinstance(value[0], dict) and "gpu" in value[0]:
-            text = ", ".join(f"GPU {v['gpu']} {v['action']}" for v in value)
-        elif value and isinstance(value[0], dict):
-            text = "; ".join(f"{v.get('job', '')}#{v.get('attempt')}" for v in value)
-        else:
-            text = ", ".join(map(str, value))
-        return text if fmt is Format.csv or len(text) < 80 else text[:77] + "..."
+            return ", ".join(f"GPU {v['gpu']} {v['action']}" for v in value)
+        if value and isinstance(value[0], dict):
+            return "; ".join(f"{v.get('job', '')}#{v.get('attempt')}" for v in value)
+        return ", ".join(map(str, value))
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, datetime) and fmt is Format.table:
-        return value.strftime("%Y-%m-%d %H:%M")
+    if isinstance(value, datetime):
+        return (value.strftime("%Y-%m-%d %H:%M") + (value.strftime(" %Z") if value.tzinfo else " UTC"))
     return value

@@ -7,12 +7,13 @@ from typing import Annotated
 import typer
 
 from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
+from frlake.errors import FrlakeError
 
 
 def serve_command(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8750,
+    port: Annotated[int, typer.Option(help="Port (1-65535).", min=1, max=65535)] = 8750,
     token: Annotated[str | None, typer.Option(envvar="FRLAKE_TOKEN", help="Token for uploads and SQL "
                                                                           "(required off loopback).")] = None,
     public_host: Annotated[list[str] | None, typer.Option(
@@ -43,6 +44,30 @@ def serve_command(
         app = create_app(config)
     if names is None:
         console.print(f"frlake answers to any host name on {host}; give --public-host NAME to name the ones it serves")
+    # waitress's own body limit sits above Flask's, so an upload over --max-upload-mb gets the API's JSON 413
+    # (Flask reads the Content-Length first) and waitress's plain-text answer is only for bodies far beyond it.
+    with user_errors():
+        try:
+            server = waitress.create_server(app, host=host, port=port, threads=threads, ident="frlake",
+                                            max_request_body_size=2 * (max_upload_mb << 20) + (64 << 20))
+        except OSError as exc:
+            raise FrlakeError(_bind_error(host, port, exc)) from None
     console.print(f"frlake serving {config.settings.lake} on http://{host}:{port}/")
-    waitress.serve(app, host=host, port=port, threads=threads, max_request_body_size=(max_upload_mb << 20) + (1 << 20),
-                   ident="frlake")
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot listen on {host}:{port}: address in use (another server holds the port; give --port)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}:{port}: this machine has no such address (give --host)"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need privileges)"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"

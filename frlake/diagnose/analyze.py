@@ -12,11 +12,17 @@ import duckdb
 
 from frlake.diagnose import hang, mismatch, straggler
 from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
-from frlake.diagnose.model import Culprit, Diagnosis, Verdict
+from frlake.diagnose.model import WAIT_LIST, Culprit, Diagnosis, Verdict
 
 
-def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Diagnosis:
-    """Apply the verdict rules in their order of precedence (see Verdict)."""
+def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False) -> Diagnosis:
+    """Apply the verdict rules in their order of precedence (see Verdict).
+
+    ``complete``: a user said no more dumps of this attempt will come. Without
+    it, an attempt where fewer than half of the world's ranks dumped (one
+    uploaded dump of eight) is "incomplete, waiting for more dumps": its
+    missing ranks would otherwise all be named as roots that never dumped,
+    which the data cannot tell. A mismatch among the dumps there are stands."""
     started = time.perf_counter()
     ev = load(con, job, attempt)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
@@ -24,7 +30,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
-                     timing=ev.timing.to_dict(), progress=ev.progress)
+                     timing=ev.timing.to_dict(), progress=ev.progress, complete=complete)
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
 
     mismatches = mismatch.find(con, ev)
@@ -65,6 +71,9 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
                                  lateness_ms=slow.lateness_ms, stack_id=slow.stack_id,
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
                                         f"unexplained late arrivals")]
+    if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
+                                                                                          Verdict.INCOMPLETE):
+        diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
     _attach_stacks(con, diag)
     _attach_live_stacks(con, diag)
     diag.summary = summarize(diag)
@@ -74,7 +83,14 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
 
 def _stall_culprit(s: hang.Stall, hosts: dict[int, str], stack_of_last: dict[int, int | None],
                    role: str | None = None) -> Culprit:
-    detail = (f"{s.waiters} rank(s) wait for it" if s.role == "root" else "behind, waiting for another rank")
+    def named(ranks: tuple[int, ...]) -> list[dict]:
+        return [{"rank": r, "host": hosts.get(r)} for r in ranks[:WAIT_LIST]]
+
+    if s.role == "root":
+        detail = f"{s.waiters} rank(s) wait for it"
+    else:
+        who = ", ".join(map(str, s.waiting_for[:8])) + (" ..." if len(s.waiting_for) > 8 else "")
+        detail = f"behind, waiting for rank(s) {who}" if s.waiting_for else "behind, waiting for another rank"
     if s.evidence == "pending_tail":
         detail = (f"weaker evidence (pending tail): every rank's first unfinished collective had all its members, "
                   f"but the job hung (a collective pending longer than its timeout when the dumps were written) "
@@ -82,7 +98,8 @@ def _stall_culprit(s: hang.Stall, hosts: dict[int, str], stack_of_last: dict[int
                   f"group hold pending")
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=s.pg,
                    pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters, stack_id=stack_of_last.get(s.rank),
-                   detail=detail, evidence=s.evidence)
+                   detail=detail, evidence=s.evidence, waiting_for=named(s.waiting_for) or None,
+                   waited_by=named(s.waited_by) or None)
 
 
 def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
@@ -140,6 +157,10 @@ def summarize(d: Diagnosis) -> str:
     root = d.root
     if d.verdict is Verdict.HEALTHY:
         return f"{d.job} attempt {d.attempt}: healthy ({len(d.ranks_dumped)} ranks dumped, no hang, mismatch or straggler)."
+    if d.waiting_for_dumps:
+        return (f"{d.job} attempt {d.attempt}: incomplete, waiting for more dumps: {len(d.ranks_dumped)} of "
+                f"{d.world_size} ranks dumped; no culprit is named until more arrive or the attempt is marked "
+                "complete.")
     if root is None:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
     where = f" in {root.pg_desc or 'pg'} {root.pg} at seq {root.seq} ({root.op})" if root.pg is not None else ""

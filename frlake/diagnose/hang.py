@@ -27,6 +27,8 @@ class Stall:
     op: str | None
     waiters: int
     stopped_at: int | None
+    waiting_for: tuple[int, ...] = ()  # the ranks it waits for (none: a root cause)
+    waited_by: tuple[int, ...] = ()  # the ranks that wait for it directly
     evidence: str | None = None  # "pending_tail": the weaker evidence of pending_tail()
 
 
@@ -90,7 +92,8 @@ def stalls(ev: Evidence) -> list[Stall]:
         at = ev.last[waiter]
         reason = "no_dump" if rank not in ev.hosts else "missing"
         stopped = ev.last[rank].t if rank in ev.last else None
-        out.append(Stall(rank, "root", reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped))
+        out.append(Stall(rank, "root", reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
+                         (), tuple(sorted(waited_by[rank]))))
     # never a rank that stopped later than a rank waiting for it could be first
     out.sort(key=lambda s: (-s.waiters, s.reason != "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
     roots = {s.rank for s in out}
@@ -108,7 +111,8 @@ def stalls(ev: Evidence) -> list[Stall]:
         waiter = min(waited_by[rank], key=lambda w: (ev.last[w].t or 0, w))
         at = ev.last[waiter]
         victims.append(Stall(rank, "victim", "missing", at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank),
-                             ev.last[rank].t if rank in ev.last else None))
+                             ev.last[rank].t if rank in ev.last else None, tuple(sorted(graph.get(rank, ()))),
+                             tuple(sorted(waited_by[rank]))))
     return out + victims
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 2
+ALGORITHM_VERSION = 3
+WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
 class Verdict(str, Enum):
@@ -53,6 +54,8 @@ _RULES = {
 _STYLES = {Verdict.MISMATCH: "red", Verdict.HANG: "red", Verdict.INCOMPLETE: "magenta", Verdict.STRAGGLER: "yellow",
            Verdict.HEALTHY: "green"}
 VERDICTS = tuple(v.value for v in Verdict)
+# Every culprit reason the rules give (Culprit.reason), for filters that check what they are given.
+REASONS = ("missing", "no_dump", "type_mismatch", "size_mismatch", "dtype_mismatch", "state_mismatch", "straggler")
 INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
 
 
@@ -69,7 +72,10 @@ class Culprit:
     expected: str | None = None
     found: str | None = None
     lateness_ms: float | None = None
-    waiters: int | None = None
+    waiters: int | None = None  # ranks that wait for it, directly or through others
+    # whom it waits for and who waits for it directly, [{"rank", "host"}] (at most WAIT_LIST each)
+    waiting_for: list[dict] | None = None
+    waited_by: list[dict] | None = None
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
@@ -82,7 +88,8 @@ class Culprit:
     @classmethod
     def from_dict(cls, data: dict) -> Culprit:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # to_dict leaves out what is None: a culprit whose host is unknown comes back with host None
+        return cls(**({"host": None} | {k: v for k, v in data.items() if k in known}))
 
 
 @dataclass
@@ -102,6 +109,10 @@ class Diagnosis:
     # what the dumps' times say (overdue ranks, in flight) and each rank's progress between its snapshots
     timing: dict = field(default_factory=dict)
     progress: list[dict] = field(default_factory=list)
+    # fewer than half of the world's ranks dumped and nobody said the attempt is complete: the
+    # verdict is "incomplete" and no culprit is named until more dumps arrive (docs/diagnose.md)
+    waiting_for_dumps: bool = False
+    complete: bool = False  # a user said no more dumps will come: diagnose with what there is
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

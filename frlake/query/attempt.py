@@ -9,34 +9,60 @@ from collections.abc import Iterator
 import duckdb
 
 
+def groups_of(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
+    """The attempt's process groups (name, description, members), from the
+    ranks' ``pg_config``; from the collectives they recorded when no dump has
+    one (gloo)."""
+    params = {"job": job, "attempt": attempt}
+    rows = con.execute(
+        """SELECT pg_name, any_value(pg_desc), list_distinct(flatten(list(ranks))), list(DISTINCT rank) FROM groups
+           WHERE job = $job AND attempt = $attempt GROUP BY pg_name""", params).fetchall()
+    if not rows:
+        rows = con.execute(
+            """SELECT pg_name, any_value(pg_desc), list(DISTINCT rank), list(DISTINCT rank) FROM entries
+               WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name""", params).fetchall()
+    # recorded_by: the ranks whose dump names the group (so they did dump)
+    out = [{"pg": pg, "pg_desc": desc, "members": sorted(members or []), "recorded_by": set(by or [])}
+           for pg, desc, members, by in rows]
+    return sorted(out, key=lambda g: (-len(g["members"]), g["pg_desc"] or "", _natural(g["pg"])))
+
+
+def _natural(name: str) -> tuple:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+class UnknownGroup(LookupError):
+    """The attempt has no process group by that name."""
+
+
 def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
              last: int = 40, max_ranks: int = 256) -> dict:
-    """Lateness (ms after the first member) of each rank at the last ``last``
-    collectives of one process group, and who never arrived.
+    """Lateness (ms after the first member) of each member rank at the last
+    ``last`` collectives of one process group, who never arrived (``missing``:
+    ranks whose dump lacks the collective) and which members left no dump
+    (``no_dump``: their arrival is unknown); with the attempt's groups
+    (``groups``) to choose another.
 
     Without ``pg``: the group of the root culprit if there is one, else the
-    group with most members."""
+    group with most members. A ``pg`` the attempt does not have is an
+    ``UnknownGroup``."""
     params = {"job": job, "attempt": attempt}
+    groups = groups_of(con, job, attempt)
+    if pg is not None and pg not in {g["pg"] for g in groups}:
+        raise UnknownGroup(f"attempt {attempt} of job {job!r} has no process group {pg!r}; it has "
+                           + (", ".join(f"{g['pg']} ({g['pg_desc']})" for g in groups) or "none"))
     if pg is None:
         row = con.execute(
             "SELECT pg FROM culprits WHERE job = $job AND attempt = $attempt AND position = 0 AND pg IS NOT NULL",
             params,
         ).fetchone()
-        if row is None:
-            row = con.execute(
-                """SELECT pg_name FROM groups WHERE job = $job AND attempt = $attempt
-                   GROUP BY pg_name ORDER BY max(group_size) DESC, pg_name LIMIT 1""",
-                params,
-            ).fetchone()
-        if row is None:
-            row = con.execute(
-                """SELECT pg_name FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
-                   GROUP BY pg_name ORDER BY count(DISTINCT rank) DESC, pg_name LIMIT 1""",
-                params,
-            ).fetchone()
-        pg = row[0] if row else None
+        pg = row[0] if row and row[0] in {g["pg"] for g in groups} else (groups[0]["pg"] if groups else None)
+    choices = [{"pg": g["pg"], "pg_desc": g["pg_desc"], "size": len(g["members"])} for g in groups]
+    empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "no_dump": [],
+             "groups": choices}
     if pg is None:
-        return {"pg": None, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": []}
+        return empty
+    group = next(g for g in groups if g["pg"] == pg)
     params |= {"pg": pg, "last": last}
     rows = con.execute(
         """
@@ -50,18 +76,15 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
         """,
         params,
     ).fetchall()
-    members = con.execute(
-        """SELECT list_distinct(flatten(list(ranks))) FROM groups
-           WHERE job = $job AND attempt = $attempt AND pg_name = $pg""",
-        {"job": job, "attempt": attempt, "pg": pg},
-    ).fetchone()[0] or []
     seqs = sorted({r[1] for r in rows})
-    ranks = sorted(set(members) | {r[0] for r in rows})[:max_ranks]
-    desc = rows[0][2] if rows else None
+    ranks = (group["members"] or sorted({r[0] for r in rows}))[:max_ranks]  # only the group's members
+    dumped = set().union(*(g["recorded_by"] for g in groups), (r[0] for r in rows))
+    no_dump = [rank for rank in ranks if rank not in dumped]  # unknown, not "never arrived": nothing says
     grid = {(r[0], r[1]): r[3] for r in rows}
     late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]
-    missing = [[rank, seq] for rank in ranks for seq in seqs if (rank, seq) not in grid]
-    return {"pg": pg, "pg_desc": desc, "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing}
+    missing = [[rank, seq] for rank in ranks if rank in dumped for seq in seqs if (rank, seq) not in grid]
+    return empty | {"pg_desc": group["pg_desc"], "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing,
+                    "no_dump": no_dump}
 
 
 def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch: int = 50_000) -> Iterator[str]:

@@ -29,24 +29,40 @@ Z = 1.96  # 95% Wilson lower bound
 _INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
 
 
+def parse_when(text: str) -> date | datetime:
+    """A --since / --until / ?since= value: an ISO 8601 date (a whole day, UTC)
+    or date-time, with an offset or ``Z`` (without one it is UTC). ValueError
+    if it is neither."""
+    text = text.strip()
+    if len(text) == 10:
+        return date.fromisoformat(text)
+    if len(text) < 13 or text[10] not in "T ":
+        raise ValueError(f"not an ISO 8601 date or date-time: {text!r}")
+    return datetime.fromisoformat(text)
+
+
 @dataclass(frozen=True)
 class Window:
-    """Attempts that started in [since, until] (dates, UTC, both inclusive)."""
+    """Attempts that started in [since, until]: a date is a whole day (UTC)
+    and both ends are inclusive; a date-time is that instant (without a zone,
+    UTC), also inclusive."""
 
     since: date | datetime | None = None
     until: date | datetime | None = None
 
     def bounds_ns(self) -> tuple[int | None, int | None]:
+        """[since_ns, until_ns): the half-open range of start times."""
         def ns(d: date | datetime | None, end: bool) -> int | None:
             if d is None:
                 return None
             if not isinstance(d, datetime):
                 d = datetime.combine(d + timedelta(days=1) if end else d, time.min)
-            elif end and d.time() == time.min:
-                d = d + timedelta(days=1)
+                return int(d.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
             if d.tzinfo is None:
                 d = d.replace(tzinfo=UTC)
-            return int(d.timestamp() * 1_000_000_000)
+            whole = (d - datetime(1970, 1, 1, tzinfo=UTC))
+            exact = (whole.days * 86_400 + whole.seconds) * 1_000_000_000 + whole.microseconds * 1_000
+            return exact + 1_000 if end else exact  # a date-time is to the microsecond: all of it
 
         return ns(self.since, False), ns(self.until, True)
 
@@ -57,6 +73,14 @@ _ATTEMPTS = """
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
     )
 """
+
+
+class ReportRows(list):
+    """A report's rows (dicts), and its columns even when there is no row."""
+
+    def __init__(self, rows: list[dict], columns: list[str]):
+        super().__init__(rows)
+        self.columns = columns
 
 
 # Hosts by how often they were the root cause, relative to how often they were used: ``score`` is the 95%
@@ -176,17 +200,19 @@ class Report:
         since, until = window.bounds_ns()
         return {"since": since, "until": until}
 
-    def rows(self, columns: list[str], tuples) -> list[dict]:
+    def rows(self, columns: list[str], tuples) -> ReportRows:
         """Result tuples as the report's rows (``finish`` applied)."""
         rows = [dict(zip(columns, row)) for row in tuples]
-        return [self.finish(r) for r in rows] if self.finish else rows
+        rows = [self.finish(r) for r in rows] if self.finish else rows
+        return ReportRows(rows, list(rows[0]) if rows else list(columns))
 
     def run(self, con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None,
             **params) -> list[dict]:
         """The report's rows on a DuckDB connection with frlake's views
         (``params`` go to a computed report: drain's ``policy``)."""
         if self.compute is not None:
-            return self.compute(con, window, limit, **params)
+            rows = self.compute(con, window, limit, **params)
+            return ReportRows(rows, list(rows[0]) if rows else list(self.columns))
         cur = con.execute(self.statement(limit), self.params(window))
         return self.rows([d[0] for d in cur.description], cur.fetchall())
 
@@ -208,7 +234,8 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall?",
-           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen"), "hangs.html", "Hangs"),
+           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature"),
+           "hangs.html", "Hangs"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
            views=("attempts", "culprits"), compute=_drain, portable=False),

@@ -28,9 +28,10 @@ from frlake.query.statements import check_statement
 
 GiB = 1 << 30
 MiB = 1 << 20
+UNLIMITED_ROWS = 1 << 62  # max_rows without a row limit (the byte cap still holds)
 _BATCH_ROWS = 1024  # rows per Arrow batch: how far a result may overshoot max_bytes
 
-__all__ = ["QueryLimits", "QueryResult", "Sandbox", "check_statement", "lock_down", "run_limited"]
+__all__ = ["UNLIMITED_ROWS", "QueryLimits", "QueryResult", "Sandbox", "check_statement", "lock_down", "run_limited"]
 
 
 @dataclass(frozen=True)
@@ -222,9 +223,16 @@ def _size(n: int) -> str:
 
 
 def _clean(exc: Exception) -> str:
+    """DuckDB's message whole, with its hints ("Did you mean ...", the
+    candidate bindings, the line with a caret under the error), without the
+    blank lines and the stack trace some builds append."""
     text = str(exc).strip()
     lowered = text.lower()
     if "external access" in lowered or "allowed_directories" in lowered or "Permission Error" in text:
         return ("the sandbox opens no file: query the views instead (access outside the lake's "
                 f"tables is not allowed: {text.splitlines()[0]})")
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.rstrip() for line in text.split("\n")]
+    if "Stack Trace" in text:
+        lines = lines[: next(i for i, line in enumerate(lines) if "Stack Trace" in line)]
+    lines = [line for line in lines if line.strip()][:12]
+    return "\n".join(lines) if lines else type(exc).__name__

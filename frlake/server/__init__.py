@@ -23,14 +23,39 @@ class _JSON(DefaultJSONProvider):
         return DefaultJSONProvider.default(o) if value is o else value
 
 
-def _ns_time(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _when(value) -> str:
+    """A time as the pages show it, always with its zone: nanoseconds since the
+    epoch, a datetime (without a zone: UTC) or an ISO 8601 text."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(value, (int, float)):
+        value = datetime.fromtimestamp(value / 1e9, tz=UTC)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _with_page(args, page: int) -> str:
     query = {k: v for k, v in args.items() if k != "page" and v}
     query["page"] = page
     return urlencode(query)
+
+
+def _with_args(args, **changes) -> str:
+    """This page's query string with some arguments changed (None removes one); back to page 1."""
+    query = {k: v for k, v in args.items() if v and k not in ("page", "_format", "_table")}
+    for k, v in changes.items():
+        if v is None:
+            query.pop(k, None)
+        else:
+            query[k] = v
+    return "?" + urlencode(query)
 
 
 class _Request(Request):
@@ -62,7 +87,14 @@ def create_app(config: ServerConfig) -> Flask:
     app.register_blueprint(ui.bp)
     errors.register(app)
     app.teardown_appcontext(context.teardown)
-    app.add_template_filter(_ns_time, "ns_time")
+    from frlake.diagnose.words import ranks_on_hosts, role_text, waiting_text
+
+    app.add_template_filter(_when, "ns_time")
+    app.add_template_filter(_when, "when")
+    app.add_template_filter(role_text, "role_text")
+    app.add_template_filter(waiting_text, "waiting_text")
+    app.add_template_filter(ranks_on_hosts, "ranks_on_hosts")
     app.add_template_filter(_with_page, "with_page")
+    app.add_template_filter(_with_args, "with_args")
 
     return app

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import hmac
+import re
 
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
-from frlake.query.attempt import arrivals, perfetto_trace, progress
+from frlake.query.attempt import UnknownGroup, arrivals, perfetto_trace, progress
+from frlake.query.history import attempt_dict, host_history, job_history
 from frlake.query.reports import REPORTS
-from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
+from frlake.server.context import attempt_facets, catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, entry_filter, int_arg, known_attempt, list_attempts_args, window
+from frlake.server.params import (
+    diagnosis,
+    entry_filter,
+    int_arg,
+    known_attempt,
+    known_job,
+    list_attempts_args,
+    similar,
+    window,
+)
 
 bp = Blueprint("api", __name__)
 
@@ -35,14 +46,6 @@ def require_token() -> None:
         raise ApiError(401, "unauthorized", "this needs 'Authorization: Bearer <token>' with the server's token")
 
 
-def attempt_dict(a) -> dict:
-    return {
-        "job": a.job, "attempt": a.attempt, "verdict": a.verdict, "summary": a.summary, "n_dumps": a.n_dumps,
-        "hosts": list(a.hosts), "started_ns": a.started_ns, "last_seen_at": a.last_seen_at,
-        "root": None if a.root_rank is None else {"rank": a.root_rank, "host": a.root_host, "reason": a.root_reason},
-    }
-
-
 @bp.get("/health")
 def health():
     return jsonify({"status": "ok"})
@@ -56,17 +59,17 @@ def jobs():
     grouped: dict[str, list] = {}
     for a in rows:
         grouped.setdefault(a.job, []).append(attempt_dict(a))
+    facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     return jsonify({"total_attempts": total, "page": page, "per_page": per_page,
                     "jobs": [{"job": j, "attempts": atts} for j, atts in grouped.items()],
-                    "attempts": [attempt_dict(a) for a in rows]})
+                    "attempts": [attempt_dict(a) for a in rows],
+                    "facets": {k: [{"value": v, "count": n} for v, n in counts] for k, counts in facets.items()}})
 
 
 @bp.get("/jobs/<path:job>")
 def job(job: str):
-    total, rows = catalog().list_attempts(job=job, limit=10_000)
-    if not total:
-        raise ApiError(404, "not_found", f"no job {job!r} in the lake")
-    return jsonify({"job": job, "attempts": [attempt_dict(a) for a in rows]})
+    known_job(job)
+    return jsonify(job_history(lake(), catalog(), job))
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -98,7 +101,20 @@ def attempt_entries(job: str, attempt: int):
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")
 def attempt_arrivals(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, int_arg("last", 40, 1, 500)))
+    try:
+        return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, int_arg("last", 40, 1, 500)))
+    except UnknownGroup as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+
+
+@bp.post("/jobs/<path:job>/attempts/<int:attempt>/complete")
+def attempt_complete(job: str, attempt: int):
+    """No more dumps of this attempt will come: diagnose it with the ones there are, and keep the mark."""
+    require_token()
+    known_attempt(job, attempt)
+    d = session().mark_complete(job, attempt)
+    return jsonify({"job": job, "attempt": attempt, "complete": True, "verdict": d.verdict.value,
+                    "summary": d.summary, "diagnosis": d.to_dict()})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/trace")
@@ -124,7 +140,7 @@ def report(name: str):
     if name not in REPORTS:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
     rows = REPORTS[name].run(lake(), window(), int_arg("limit", 0, 0) or None)
-    return jsonify({"report": name, "rows": rows})
+    return jsonify({"report": name, "columns": rows.columns, "rows": rows})
 
 
 @bp.get("/hosts")
@@ -134,30 +150,19 @@ def hosts():
 
 @bp.get("/hosts/<host>")
 def host(host: str):
-    return jsonify(host_history(host))
+    return jsonify(known_host(host))
 
 
-def host_history(host: str) -> dict:
-    con = lake()
-    summary = con.execute("SELECT * FROM hosts WHERE host = ?", [host]).fetchone()
-    if summary is None:
-        raise ApiError(404, "not_found", f"no host {host!r} in the lake")
-    cols = [d[0] for d in con.description]
-    total, attempts = catalog().list_attempts(host=host, limit=500)
-    blamed = con.execute(
-        "SELECT job, attempt, reason, role, position, pg_desc, seq, op FROM culprits WHERE host = ? ORDER BY started DESC",
-        [host],
-    ).fetchall()
-    health_cols = ("job", "attempt", "rank", "check_name", "status", "healthy", "output", "snapshot_ns")
-    health = con.execute(
-        f"SELECT {', '.join(health_cols)} FROM health WHERE host = ? "
-        "ORDER BY snapshot_ns DESC NULLS LAST, job, attempt, rank, check_name LIMIT 200", [host]).fetchall()
-    return {
-        "host": host, "summary": dict(zip(cols, summary)), "attempts_total": total,
-        "attempts": [attempt_dict(a) for a in attempts],
-        "culprit_of": [dict(zip(("job", "attempt", "reason", "role", "position", "pg_desc", "seq", "op"), r)) for r in blamed],
-        "health": [dict(zip(health_cols, r)) for r in health],
-    }
+def known_host(host: str) -> dict:
+    """The host's history; a 404 that names hosts there are if the lake never saw it."""
+    h = host_history(lake(), catalog(), host)
+    if h is None:
+        hosts = [r[0] for r in lake().execute("SELECT host FROM hosts WHERE host IS NOT NULL ORDER BY host").fetchall()]
+        from flask import url_for
+
+        raise ApiError(404, "not_found", f"no host {host!r} in the lake; there are {len(hosts)} host(s)",
+                       see=[(h, url_for("ui.host", host=h)) for h in similar(host, hosts)])
+    return h
 
 
 @bp.get("/query/examples")
@@ -172,7 +177,9 @@ def query():
     if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
         raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
     result = sandbox().run(body["sql"])
-    return jsonify({"columns": result.columns, "rows": [list(r) for r in result.rows],
+    from frlake.values import deep_plain
+
+    return jsonify({"columns": result.columns, "rows": [deep_plain(list(r)) for r in result.rows],
                     "truncated": result.truncated, "seconds": round(result.seconds, 4)})
 
 
@@ -186,14 +193,15 @@ def upload():
         if not text:
             return None
         if not text.isdigit():
-            raise ApiError(400, "bad_request", f"'{name}' must be a whole number")
+            raise ApiError(400, "bad_request", f"the {name} field must be a whole number (0, 1, 2, ...), not {text!r}")
         return int(text)
 
     identity = IdentityOptions(job=form.get("job") or None, attempt=number("attempt"), host=form.get("host") or None,
                                rank=number("rank"), layout=form.get("layout") or None)
     files = request.files.getlist("file")
-    if not files:
-        raise ApiError(400, "bad_request", "send one or more 'file' parts (multipart/form-data)")
+    if not files or not any(f.filename for f in files):
+        raise ApiError(400, "bad_request", "choose one or more files to upload (the 'file' parts of a "
+                                           "multipart/form-data request)")
     options = IngestOptions(identity=identity, workers=1, isolate=True)
     try:
         # a bad layout is refused before a byte is saved (400)
@@ -206,7 +214,26 @@ def upload():
     finally:
         for f in files:
             f.close()
+    from flask import url_for
+
+    touched = sorted({(f["job"], f["attempt"]) for f in summary.ingested_files if f.get("job") is not None})
+    diagnosed = {(d["job"], d["attempt"]): d for d in summary.diagnosed}
+    attempts = [{"job": j, "attempt": a, "url": url_for("ui.attempt", job=j, attempt=a),
+                 "verdict": diagnosed.get((j, a), {}).get("verdict"), "summary": diagnosed.get((j, a), {}).get("summary")}
+                for j, a in touched]
     return jsonify({
         "ingested": summary.ingested, "already_present": summary.already_present, "rejected": summary.rejected,
-        "files": summary.ingested_files, "rejected_files": summary.rejected_files, "diagnosed": summary.diagnosed,
+        "files": summary.ingested_files, "rejected_files": [_in_form_words(f) for f in summary.rejected_files],
+        "diagnosed": summary.diagnosed, "attempts": attempts,
     }), 201 if summary.ingested else 200
+
+
+_FLAG = re.compile(r"--(job|attempt|hosts FILE|host|rank|layout)\b")
+_FIELD = {"hosts FILE": "the host field"}
+
+
+def _in_form_words(f: dict) -> dict:
+    """A rejection's detail as the upload form names things: fields, not the CLI's flags."""
+    detail = _FLAG.sub(lambda m: _FIELD.get(m.group(1), f"the {m.group(1)} field"), f.get("detail") or "")
+    detail = detail.replace("the host field, the host field", "the host field")
+    return dict(f, detail=detail)

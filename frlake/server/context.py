@@ -73,3 +73,23 @@ def teardown(_exc: BaseException | None) -> None:
     """The connections stay with their thread; the request lets go of them."""
     g.pop("lake", None)
     g.pop("sandbox", None)
+
+
+# Facet counts cost three catalog queries over every matching attempt; the
+# same filters on an unchanged catalog give the same counts, so the app keeps
+# them (a few hundred filter sets) until the catalog changes.
+_facets_lock = threading.Lock()
+
+
+def attempt_facets(**filters) -> dict:
+    cache = current_app.extensions.setdefault("frlake_facets", {})
+    key = (catalog().version(), tuple(sorted(filters.items())))
+    with _facets_lock:
+        if key in cache:
+            return cache[key]
+    counts = catalog().attempt_facets(**filters)
+    with _facets_lock:
+        if len(cache) >= 256:
+            cache.clear()
+        cache[key] = counts
+    return counts

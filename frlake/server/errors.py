@@ -1,18 +1,25 @@
 """One JSON error shape for every API error:
-``{"error": {"status": 404, "code": "not_found", "message": "..."}}``."""
+``{"error": {"status": 404, "code": "not_found", "message": "..."}}``; pages
+get the same status with an error page that links back and says what exists."""
 
 from __future__ import annotations
 
 from flask import Flask, jsonify, render_template, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from frlake.errors import CatalogError, FrlakeError, QueryError
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str):
+    """An error answer. ``see``: (label, url) pairs an error page offers
+    instead (the jobs or attempts that do exist)."""
+
+    def __init__(self, status: int, code: str, message: str, *, see: list[tuple[str, str]] | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.see = see or []
+        self.headers = headers or {}
 
 
 def error_body(status: int, code: str, message: str):
@@ -20,13 +27,13 @@ def error_body(status: int, code: str, message: str):
 
 
 def _wants_json() -> bool:
-    return request.path.startswith("/api/")
+    return request.path.startswith("/api/") or request.args.get("_format") in ("json", "csv")
 
 
 def register(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
-        return _render(exc.status, exc.code, exc.message)
+        return _render(exc.status, exc.code, exc.message, exc.see, exc.headers)
 
     @app.errorhandler(QueryError)
     def _query_error(exc: QueryError):
@@ -43,7 +50,10 @@ def register(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
         code = (exc.name or "error").lower().replace(" ", "_")
-        return _render(exc.code or 500, code, exc.description or exc.name)
+        headers = {}
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return _render(exc.code or 500, code, exc.description or exc.name, None, headers)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
@@ -51,7 +61,15 @@ def register(app: Flask) -> None:
         return _render(500, "internal_error", f"{type(exc).__name__}: the server failed; see its log")
 
 
-def _render(status: int, code: str, message: str):
+def _render(status: int, code: str, message: str, see: list[tuple[str, str]] | None = None,
+            headers: dict[str, str] | None = None):
     if _wants_json():
-        return error_body(status, code, message)
-    return render_template("error.html", status=status, code=code, message=message), status
+        body, status = error_body(status, code, message)
+    else:
+        body = render_template("error.html", status=status, code=code, message=message, see=see or [],
+                               back=request.referrer if _same_site(request.referrer) else None)
+    return body, status, headers or {}
+
+
+def _same_site(url: str | None) -> bool:
+    return bool(url) and url.startswith(request.host_url)

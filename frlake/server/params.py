@@ -3,24 +3,26 @@ wrong value is a 400 (or 404) with a message that says what is expected."""
 
 from __future__ import annotations
 
-from datetime import date
+import difflib
+from datetime import date, datetime
 
-from flask import request
+from flask import request, url_for
 
-from frlake.diagnose.model import Diagnosis
-from frlake.query.reports import Window
+from frlake.diagnose.model import REASONS, VERDICTS, Diagnosis
+from frlake.query.reports import Window, parse_when
 from frlake.server.context import catalog, config, session
 from frlake.server.errors import ApiError
 
 
-def date_arg(name: str) -> date | None:
+def when_arg(name: str) -> date | datetime | None:
     text = request.args.get(name)
     if not text:
         return None
     try:
-        return date.fromisoformat(text)
+        return parse_when(text)
     except ValueError:
-        raise ApiError(400, "bad_request", f"'{name}' must be a date like 2026-11-29, not {text!r}") from None
+        raise ApiError(400, "bad_request", f"'{name}' must be an ISO 8601 date like 2026-11-29 or a date-time like "
+                                           f"2026-11-29T14:00:00+01:00 (without an offset: UTC), not {text!r}") from None
 
 
 def int_arg(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
@@ -36,8 +38,23 @@ def int_arg(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
     return value
 
 
+def choice_arg(name: str, choices: tuple[str, ...]) -> str | None:
+    """One of ``choices``, or None when absent; anything else is a 400."""
+    text = request.args.get(name)
+    if not text:
+        return None
+    if text not in choices:
+        raise ApiError(400, "bad_request", f"'{name}' must be one of {', '.join(choices)}, not {text!r}")
+    return text
+
+
 def window() -> Window:
-    return Window(date_arg("since"), date_arg("until"))
+    return Window(when_arg("since"), when_arg("until"))
+
+
+def host_arg() -> str | None:
+    """A part of a host's name (any case)."""
+    return (request.args.get("host") or "").strip() or None
 
 
 def list_attempts_args() -> dict:
@@ -45,14 +62,34 @@ def list_attempts_args() -> dict:
     since_ns, until_ns = window().bounds_ns()
     per_page = int_arg("per_page", config().page_size, 1, 500)
     page = int_arg("page", 1, 1)
-    return {"host": request.args.get("host") or None, "verdict": request.args.get("verdict") or None,
+    return {"host": host_arg(), "verdict": choice_arg("verdict", VERDICTS), "reason": choice_arg("reason", REASONS),
             "since_ns": since_ns, "until_ns": until_ns, "offset": (page - 1) * per_page, "limit": per_page,
             "page": page, "per_page": per_page}
 
 
+def similar(word: str, known: list[str], n: int = 8) -> list[str]:
+    """The known names closest to a mistyped one (then the first ones)."""
+    close = difflib.get_close_matches(word, known, n=n, cutoff=0.5)
+    return close + [k for k in known if k not in close][: max(0, n - len(close))]
+
+
+def known_job(job: str) -> list[int]:
+    """The job's attempt numbers; a 404 that names jobs there are if it has none."""
+    numbers = [a for _, a in catalog().attempt_keys(job)]
+    if not numbers:
+        jobs = sorted({j for j, _ in catalog().attempt_keys()})
+        raise ApiError(404, "not_found", f"no job {job!r} in the lake"
+                       + (f"; there are {len(jobs)} job(s)" if jobs else "; the lake is empty"),
+                       see=[(j, url_for("ui.job", job=j)) for j in similar(job, jobs)])
+    return numbers
+
+
 def known_attempt(job: str, attempt: int) -> None:
     if not catalog().has_attempt(job, attempt):
-        raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake")
+        numbers = known_job(job)
+        raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake; it has attempt(s) "
+                       + ", ".join(map(str, numbers)),
+                       see=[(f"{job} attempt {n}", url_for("ui.attempt", job=job, attempt=n)) for n in numbers[:20]])
 
 
 def diagnosis(job: str, attempt: int) -> Diagnosis:

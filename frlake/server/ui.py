@@ -1,22 +1,37 @@
-"""Server-rendered pages; each has its JSON twin under /api/."""
+"""Server-rendered pages; each has its JSON twin under /api/, and each table
+its CSV and JSON export (tables.py)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request
+from flask import Blueprint, request
 
-from frlake.diagnose.model import VERDICTS
+from frlake.diagnose.model import REASONS, VERDICTS
 from frlake.query.reports import REPORTS
-from frlake.server.api import EXAMPLES, host_history
-from frlake.server.context import catalog, config, lake, session
+from frlake.server.api import EXAMPLES, known_host
+from frlake.server.context import attempt_facets, catalog, config, lake, session
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, entry_filter, known_attempt, list_attempts_args, window
+from frlake.server.params import (
+    choice_arg,
+    diagnosis,
+    entry_filter,
+    host_arg,
+    known_attempt,
+    known_job,
+    list_attempts_args,
+    window,
+)
+from frlake.server.tables import Export, export_url, respond
 
 bp = Blueprint("ui", __name__)
 
 
 @bp.app_context_processor
 def _registries() -> dict:
-    return {"reports": REPORTS, "verdicts": VERDICTS}
+    return {"reports": REPORTS, "verdicts": VERDICTS, "reasons": REASONS, "export_url": export_url}
+
+
+def _root(a) -> str | None:
+    return None if a.root_rank is None else f"rank {a.root_rank} on {a.root_host or 'an unknown host'} ({a.root_reason})"
 
 
 @bp.get("/")
@@ -24,8 +39,11 @@ def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
     total, rows = catalog().list_attempts(**args)
-    return render_template("jobs.html", rows=rows, total=total, page=page, per_page=per_page,
-                           pages=max(1, -(-total // per_page)), filters=request.args)
+    facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
+    table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_ns"],
+                   [[a.job, a.attempt, a.verdict, _root(a), list(a.hosts), a.n_dumps, a.started_ns] for a in rows])
+    return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
+                   pages=max(1, -(-total // per_page)), filters=request.args, facets=facets)
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -33,23 +51,97 @@ def attempt(job: str, attempt: int):
     from frlake.query.attempt import progress
 
     d = diagnosis(job, attempt).to_dict()
-    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt))
+    groups = progress(lake(), job, attempt)
+    tables = [
+        Export("culprits", ["position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op", "waiters",
+                            "waiting_for", "waited_by"],
+               [[i, c["rank"], c.get("host"), c["reason"], c.get("role"), c.get("pg"), c.get("pg_desc"), c.get("seq"),
+                 c.get("op"), c.get("waiters"), c.get("waiting_for"), c.get("waited_by")]
+                for i, c in enumerate(d["culprits"])]),
+        Export("groups", ["pg", "pg_desc", "members", "frontier", "behind"],
+               [[g["pg"], g["pg_desc"], len(g["ranks"]), g["frontier"], g["behind"]] for g in d["groups"]]),
+        Export("progress", ["pg", "pg_desc", "rank", "host", "last_enqueued", "last_started", "last_completed"],
+               [[g["pg"], g["pg_desc"], r["rank"], r["host"], r["last_enqueued"], r["last_started"],
+                 r["last_completed"]] for g in groups for r in g["ranks"]]),
+    ]
+    return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
+                   needs_token=bool(config().token))
+
+
+@bp.get("/jobs/<path:job>")
+def job(job: str):
+    from frlake.query.history import job_history
+
+    known_job(job)
+    h = job_history(lake(), catalog(), job)
+    tables = [
+        Export("attempts", ["attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at", "ended_at",
+                            "n_dumps", "summary"],
+               [[a["attempt"], a["verdict"], (a["root"] or {}).get("rank"), (a["root"] or {}).get("host"),
+                 (a["root"] or {}).get("reason"), a["started_at"], a["ended_at"], a["n_dumps"], a["summary"]]
+                for a in h["attempts"]]),
+        Export("recurring", ["kind", "value", "as_root_cause", "attempts"],
+               [[r["kind"], r["value"], r["as_root_cause"], r["attempts"]] for r in h["recurring"]]),
+    ]
+    return respond("job.html", tables, h=h)
+
+
+def _with_host(rows: list[dict], part: str | None) -> list[dict]:
+    """The rows naming a host that contains ``part`` (any case), as on the jobs list."""
+    if not part:
+        return rows
+    part = part.lower()
+    return [r for r in rows if any(part in (h or "").lower() for h in (r.get("hosts") or [r.get("host")]))]
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view = session().entries(job, attempt, entry_filter())
-    return render_template("entries.html", job=job, attempt=attempt, v=view,
-                           stacks=session().stack_diff(job, attempt), filters=request.args)
+    stacks = session().stack_diff(job, attempt)
+    ranks = [r["rank"] for r in view["ranks"]]
+    tables = [
+        Export("stack-diff", ["ranks", "hosts", "op", "pg", "pg_desc", "top_frame", "odd_one_out"],
+               [[g["ranks"], g["hosts"], g["op"], g["pg"], g["pg_desc"], g["top_frame"], g["odd_one_out"]]
+                for g in stacks]),
+        Export("entries", ["pg", "pg_desc", "seq", "op", "agree", "missing", *[f"r{r}" for r in ranks]],
+               [[c["pg"], c["pg_desc"], c["seq"], c["op"], c["agree"], c["missing"],
+                 *[c["cells"].get(r) for r in ranks]] for c in view["collectives"]]),
+    ]
+    return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args)
 
 
 @bp.get("/reports/<name>")
 def report(name: str):
     spec = REPORTS.get(name)
     if spec is None:
-        raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
-    return render_template(spec.page, rows=spec.run(lake(), window(), None), filters=request.args, report=spec)
+        raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}",
+                       see=[(r.title, f"/reports/{r.name}") for r in REPORTS.values()])
+    all_rows = spec.run(lake(), window(), None)
+    rows = _with_host(all_rows, host_arg())
+    columns = list(all_rows.columns)
+    facets = {}
+    if name == "hangs":
+        reason, op = choice_arg("reason", REASONS), request.args.get("op") or None
+        rows = [r for r in rows if (reason is None or r["reason"] == reason) and (op is None or r["op"] == op)]
+        facets = _facets(rows, ("reason", "op", "hosts"))
+    table_id = spec.page.removesuffix(".html").replace("_", "-")  # the page's table: hosts, slow-ranks, hangs
+    return respond(spec.page, [Export(table_id, columns, [[r.get(c) for c in columns] for r in rows])],
+                   rows=rows, filters=request.args, report=spec, facets=facets)
+
+
+def _facets(rows: list[dict], keys: tuple[str, ...]) -> dict[str, list[tuple[str, int]]]:
+    """Counts of each value among the rows (a list column counts each of its values)."""
+    out = {}
+    for key in keys:
+        counts: dict[str, int] = {}
+        for r in rows:
+            values = r.get(key)
+            for v in values if isinstance(values, list) else [values]:
+                if v is not None:
+                    counts[v] = counts.get(v, 0) + r.get("attempts", 1)
+        out[key.removesuffix("s") if key == "hosts" else key] = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return out
 
 
 @bp.get("/hosts")
@@ -59,14 +151,29 @@ def hosts():
 
 @bp.get("/hosts/<host>")
 def host(host: str):
-    return render_template("host.html", h=host_history(host))
+    h = known_host(host)
+    tables = [
+        Export("culprit-of", ["job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op",
+                              "started_at"],
+               [[c[k] for k in ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op",
+                                "started_at")] for c in h["culprit_of"]]),
+        Export("history", ["job", "attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at"],
+               [[a["job"], a["attempt"], a["verdict"], (a["root"] or {}).get("rank"), (a["root"] or {}).get("host"),
+                 (a["root"] or {}).get("reason"), a["started_at"]] for a in h["attempts"]]),
+        Export("weeks", ["week", "attempts", "root_cause", "involved"],
+               [[w["week"], w["attempts"], w["root_cause"], w["involved"]] for w in h["weeks"]]),
+    ]
+    return respond("host.html", tables, h=h)
 
 
 @bp.get("/sql")
 def sql():
-    return render_template("sql.html", examples=EXAMPLES, needs_token=bool(config().token))
+    from frlake.server.schema_browser import schema_browser
+
+    return respond("sql.html", [], examples=EXAMPLES, needs_token=bool(config().token),
+                   query=request.args.get("sql", ""), schema=schema_browser(lake()))
 
 
 @bp.get("/upload")
 def upload():
-    return render_template("upload.html", needs_token=bool(config().token))
+    return respond("upload.html", [], needs_token=bool(config().token))

@@ -1,5 +1,8 @@
-/* frlake pages: charts (Chart.js, vendored), the SQL console and uploads. */
+/* frlake pages, one module for all of them: sortable tables, charts (Chart.js, vendored) with their
+   "no data" states, the SQL console, uploads and the "mark complete" button. */
 "use strict";
+
+/* ---------- requests ---------- */
 
 function token() {
   const field = document.getElementById("token");
@@ -20,35 +23,177 @@ async function errorText(response) {
   catch (e) { return response.status + " " + response.statusText; }
 }
 
-function arrivalsChart(canvas) {
-  fetch(canvas.dataset.src).then(r => r.json()).then(data => {
-    const arrived = [], missing = [];
-    data.ranks.forEach((rank, i) => data.seqs.forEach((seq, j) => {
-      const late = data.late_ms[i][j];
-      if (late === null) missing.push({x: seq, y: rank}); else arrived.push({x: seq, y: rank, late: late});
-    }));
-    const maxLate = Math.max(1, ...arrived.map(p => p.late));
-    new Chart(canvas, {
-      type: "scatter",
-      data: {datasets: [
-        {label: "arrived (darker = later)", data: arrived, pointRadius: 5,
-         backgroundColor: arrived.map(p => `rgba(198, 40, 40, ${0.12 + 0.88 * p.late / maxLate})`)},
-        {label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 8, borderColor: "#c62828",
-         backgroundColor: "#c62828", borderWidth: 2},
-      ]},
-      options: {
-        animation: false, maintainAspectRatio: false,
-        plugins: {title: {display: true, text: `process group ${data.pg} (${data.pg_desc || ""}): ranks x collectives`},
-                  tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}` + (c.raw.late !== undefined ? `: +${c.raw.late} ms` : ": never arrived")}}},
-        scales: {x: {title: {display: true, text: "collective sequence id"}, ticks: {precision: 0}},
-                 y: {title: {display: true, text: "rank"}, reverse: true, ticks: {precision: 0}}},
-      },
+function element(tag, props, children) {
+  const el = document.createElement(tag);
+  Object.assign(el, props || {});
+  (children || []).forEach(c => el.append(c));
+  return el;
+}
+
+/* ---------- tables: click a header to sort (numbers as numbers, data-sort wins over the text) ---------- */
+
+function sortKey(cell) {
+  const raw = cell.querySelector("[data-sort]") && !cell.dataset.sort
+    ? cell.querySelector("[data-sort]").dataset.sort : (cell.dataset.sort ?? cell.textContent.trim());
+  const number = Number(raw);
+  return raw !== "" && !Number.isNaN(number) ? number : raw.toLowerCase();
+}
+
+function sortTable(table, th) {
+  const body = table.tBodies[0];
+  if (!body) return;
+  const index = Array.from(th.parentNode.children).indexOf(th);
+  const ascending = th.getAttribute("aria-sort") !== "ascending";
+  table.querySelectorAll("thead th").forEach(h => h.removeAttribute("aria-sort"));
+  th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+  const rows = Array.from(body.rows).filter(r => !r.classList.contains("empty"));
+  const keyed = rows.map((r, i) => [r.cells[index] ? sortKey(r.cells[index]) : "", i, r]);
+  keyed.sort((a, b) => {
+    const [x, y] = [a[0], b[0]];
+    let c = (typeof x === "number" && typeof y === "number") ? x - y
+      : typeof x === "number" ? -1 : typeof y === "number" ? 1 : String(x).localeCompare(String(y));
+    if (!ascending) c = -c;
+    return c || a[1] - b[1];  // stable: ties keep their order
+  });
+  keyed.forEach(k => body.appendChild(k[2]));
+}
+
+document.addEventListener("click", event => {
+  const th = event.target.closest("table.sortable thead th");
+  if (th) sortTable(th.closest("table"), th);
+});
+document.addEventListener("keydown", event => {
+  const th = event.target.closest && event.target.closest("table.sortable thead th");
+  if (th && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); sortTable(th.closest("table"), th); }
+});
+
+/* ---------- charts ---------- */
+
+function noData(canvas, text) {
+  const box = canvas.closest(".chart-box");
+  const existing = Chart.getChart(canvas);
+  if (existing) existing.destroy();
+  canvas.hidden = true;
+  let p = box.querySelector(".no-data");
+  if (!p) { p = element("p", {className: "no-data"}); box.appendChild(p); }
+  p.textContent = text || box.dataset.empty || "no data to chart";
+  box.classList.add("empty");
+}
+
+function showCanvas(canvas) {
+  const box = canvas.closest(".chart-box");
+  canvas.hidden = false;
+  box.classList.remove("empty");
+  const p = box.querySelector(".no-data");
+  if (p) p.remove();
+}
+
+function rowsOf(canvas) { return JSON.parse(canvas.dataset.rows || "[]"); }
+
+const VERDICT_COLOURS = {mismatch: "#c62828", hang: "#d84315", incomplete: "#6a1b9a", straggler: "#f9a825",
+                         healthy: "#2e7d32"};
+const UTC = t => new Date(t).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+
+/* Lateness on one fixed scale (ms), the same on every attempt, so a healthy attempt looks healthy. */
+const LATENESS = [
+  {label: "< 1 ms", max: 1, colour: "#1b5e20"},
+  {label: "1-10 ms", max: 10, colour: "#7cb342"},
+  {label: "10-100 ms", max: 100, colour: "#fbc02d"},
+  {label: "100 ms-1 s", max: 1000, colour: "#ef6c00"},
+  {label: "≥ 1 s", max: Infinity, colour: "#b71c1c"},
+];
+
+const pointValues = {  // draws each point's value beside it when there is room: no hover needed
+  id: "pointValues",
+  afterDatasetsDraw(chart) {
+    const {ctx, chartArea} = chart;
+    const xs = chart.scales.x, ys = chart.scales.y;
+    const dx = chartArea.width / Math.max(1, xs.ticks.length), dy = chartArea.height / Math.max(1, ys.ticks.length);
+    if (dx < 24 || dy < 11) return;
+    ctx.save();
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "bottom";
+    chart.data.datasets.forEach((ds, i) => {
+      if (!chart.isDatasetVisible(i)) return;
+      chart.getDatasetMeta(i).data.forEach((point, j) => {
+        const raw = ds.data[j];
+        ctx.fillStyle = raw.unknown ? "#757575" : raw.late === undefined ? "#4a148c" : "#333";
+        ctx.fillText(raw.text, point.x, point.y - 6);
+      });
     });
+    ctx.restore();
+  },
+};
+
+function msText(late) { return late < 10 ? late.toFixed(1) : Math.round(late).toString(); }
+
+function drawArrivals(canvas, data) {
+  const existing = Chart.getChart(canvas);
+  if (existing) existing.destroy();
+  if (!data.seqs.length || !data.ranks.length) { noData(canvas); return; }
+  showCanvas(canvas);
+  // a row per rank: the height follows the group's size (2 ranks or 64)
+  canvas.closest(".chart-box").style.height = Math.max(240, Math.min(1000, 130 + 38 * data.ranks.length)) + "px";
+  const ranks = data.ranks.map(String), seqs = data.seqs.map(String);
+  const buckets = LATENESS.map(b => ({label: b.label, data: [], pointRadius: 6, pointHoverRadius: 8,
+                                      backgroundColor: b.colour, borderColor: b.colour}));
+  const missing = [], unknown = [];
+  const noDump = new Set(data.no_dump || []);
+  data.ranks.forEach((rank, i) => data.seqs.forEach((seq, j) => {
+    const late = data.late_ms[i][j];
+    const point = {x: String(seq), y: String(rank)};
+    if (noDump.has(rank)) { unknown.push(Object.assign(point, {text: "no dump", unknown: true})); return; }
+    if (late === null) { missing.push(Object.assign(point, {text: "never"})); return; }
+    const b = LATENESS.findIndex(l => late < l.max);
+    buckets[b].data.push(Object.assign(point, {late: late, text: msText(late)}));
+  }));
+  const datasets = buckets;  // every step of the scale in the legend, even those no point falls in
+  datasets.push({label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 9,
+                 borderColor: "#4a148c", backgroundColor: "#4a148c", borderWidth: 3});
+  if (unknown.length) datasets.push({label: "left no dump (unknown)", data: unknown, pointStyle: "rectRot", pointRadius: 6,
+                                     borderColor: "#9e9e9e", backgroundColor: "#eeeeee", borderWidth: 2});
+  new Chart(canvas, {
+    type: "scatter",
+    data: {datasets: datasets},
+    plugins: [pointValues],
+    options: {
+      animation: false, maintainAspectRatio: false,
+      layout: {padding: {top: 12}},
+      plugins: {
+        title: {display: true, text: `process group ${data.pg} (${data.pg_desc || ""}): ms after the first member, per rank and collective`},
+        legend: {position: "top"},
+        tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}: ` + (c.raw.unknown ? "left no dump: unknown"
+          : c.raw.late !== undefined ? `+${c.raw.late} ms` : "never arrived")}},
+      },
+      scales: {x: {type: "category", labels: seqs, offset: true, title: {display: true, text: "collective sequence id"}},
+               y: {type: "category", labels: ranks, offset: true, title: {display: true, text: "rank (members of the group)"}}},
+    },
   });
 }
 
+function arrivalsChart(canvas) {
+  const select = document.getElementById("arrivals-group");
+  const load = pg => fetch(canvas.dataset.src + (pg ? "?pg=" + encodeURIComponent(pg) : ""))
+    .then(r => r.ok ? r.json() : Promise.reject(r))
+    .then(data => {
+      if (select && !select.options.length) {
+        data.groups.forEach(g => select.append(element("option", {value: g.pg,
+          textContent: `${g.pg_desc || "pg"} ${g.pg} (${g.size} ranks)`})));
+        if (!data.groups.length) select.disabled = true;
+      }
+      if (select && data.pg !== null) select.value = data.pg;
+      drawArrivals(canvas, data);
+      canvas.dataset.loaded = data.pg === null ? "" : data.pg;
+    })
+    .catch(() => noData(canvas, "the arrivals could not be loaded"));
+  if (select) select.addEventListener("change", () => load(select.value));
+  load(null);
+}
+
 function barChart(canvas, label, labelOf, valueOf) {
-  const rows = JSON.parse(canvas.dataset.rows || "[]");
+  const rows = rowsOf(canvas);
+  if (!rows.length) { noData(canvas); return; }
   new Chart(canvas, {
     type: "bar",
     data: {labels: rows.map(labelOf), datasets: [{label: label, data: rows.map(valueOf), backgroundColor: "#c62828"}]},
@@ -56,59 +201,178 @@ function barChart(canvas, label, labelOf, valueOf) {
   });
 }
 
+function jobChart(canvas) {
+  const rows = rowsOf(canvas).filter(a => a.started_ns !== null);
+  if (!rows.length) { noData(canvas); return; }
+  const bars = rows.map(a => {
+    const start = a.started_ns / 1e6, end = (a.ended_ns || a.started_ns) / 1e6;
+    return {x: [start, Math.max(end, start + 1000)], y: `attempt ${a.attempt}`, verdict: a.verdict || "not diagnosed",
+            root: a.root ? `rank ${a.root.rank} on ${a.root.host || "an unknown host"}` : ""};
+  });
+  const lo = Math.min(...bars.map(b => b.x[0])), hi = Math.max(...bars.map(b => b.x[1]));
+  const pad = Math.max(1000, (hi - lo) * 0.05);
+  canvas.closest(".chart-box").style.height = Math.max(160, Math.min(700, 90 + 44 * bars.length)) + "px";
+  new Chart(canvas, {
+    type: "bar",
+    data: {labels: bars.map(b => b.y), datasets: [{label: "attempt (start to last entry), coloured by verdict", data: bars,
+      backgroundColor: bars.map(b => VERDICT_COLOURS[b.verdict] || "#9e9e9e"), borderSkipped: false, barPercentage: 0.6}]},
+    plugins: [{id: "verdictLabels", afterDatasetsDraw(chart) {
+      const {ctx} = chart;
+      ctx.save(); ctx.font = "12px system-ui, sans-serif"; ctx.fillStyle = "#1d2330"; ctx.textBaseline = "middle";
+      chart.getDatasetMeta(0).data.forEach((bar, i) => {
+        const b = bars[i];
+        const text = b.verdict + (b.root ? ": " + b.root : "");
+        const width = ctx.measureText(text).width;
+        ctx.textAlign = bar.x + 6 + width > chart.chartArea.right ? "right" : "left";
+        ctx.fillText(text, ctx.textAlign === "right" ? bar.base - 6 : bar.x + 6, bar.y);
+      });
+      ctx.restore();
+    }}],
+    options: {
+      indexAxis: "y", animation: false, maintainAspectRatio: false,
+      plugins: {legend: {display: false},
+                tooltip: {callbacks: {label: c => `${bars[c.dataIndex].verdict} ${bars[c.dataIndex].root}, from ${UTC(c.raw.x[0])}`}}},
+      scales: {x: {type: "linear", beginAtZero: false, min: lo - pad, max: hi + pad,
+                   ticks: {callback: v => UTC(v).slice(5, 19), maxTicksLimit: 8},
+                   title: {display: true, text: "time (UTC)"}}},
+    },
+  });
+}
+
+function hostChart(canvas) {
+  const weeks = rowsOf(canvas);
+  if (!weeks.length) { noData(canvas); return; }
+  new Chart(canvas, {
+    type: "bar",
+    data: {labels: weeks.map(w => "week of " + w.week), datasets: [
+      {label: "attempts it took part in", data: weeks.map(w => w.attempts), backgroundColor: "#90a4ae", stack: "used"},
+      {label: "root cause", data: weeks.map(w => w.root_cause), backgroundColor: "#c62828", stack: "named"},
+      {label: "involved", data: weeks.map(w => w.involved), backgroundColor: "#ef6c00", stack: "named"},
+    ]},
+    options: {animation: false, maintainAspectRatio: false, scales: {y: {beginAtZero: true, ticks: {precision: 0}}}},
+  });
+}
+
+/* ---------- the SQL console ---------- */
+
+function cellText(v) { return v === null ? "" : (typeof v === "object" ? JSON.stringify(v) : String(v)); }
+
 function renderTable(table, columns, rows) {
   table.replaceChildren();
   const head = table.createTHead().insertRow();
-  columns.forEach(c => { const th = document.createElement("th"); th.textContent = c; head.appendChild(th); });
+  columns.forEach(c => head.appendChild(element("th", {scope: "col", textContent: c, tabIndex: 0})));
   const body = table.createTBody();
-  rows.forEach(r => { const tr = body.insertRow();
-    r.forEach(v => { tr.insertCell().textContent = v === null ? "" : (typeof v === "object" ? JSON.stringify(v) : v); }); });
+  rows.forEach(r => { const tr = body.insertRow(); r.forEach(v => { tr.insertCell().textContent = cellText(v); }); });
+}
+
+function csvText(columns, rows) {
+  const quote = v => { const s = cellText(v); return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+  return [columns, ...rows].map(r => r.map(quote).join(",")).join("\n") + "\n";
+}
+
+function downloadLink(label, className, name, type, text) {
+  return element("a", {className: className, textContent: label, download: name,
+                       href: URL.createObjectURL(new Blob([text], {type: type}))});
 }
 
 function sqlConsole(form) {
   const status = document.getElementById("sql-status");
+  const field = document.getElementById("sql");
+  const table = document.getElementById("sql-result");
+  const exports = document.getElementById("sql-exports");
+  const clear = () => { table.replaceChildren(); exports.replaceChildren(); exports.hidden = true; };
   document.querySelectorAll("button.example").forEach(b => b.addEventListener("click", () => {
-    document.getElementById("sql").value = b.dataset.sql;
+    field.value = b.dataset.sql; field.focus();
   }));
-  form.addEventListener("submit", async event => {
+  document.querySelectorAll("#schema code.insert").forEach(c => c.addEventListener("click", event => {
     event.preventDefault();
+    const at = field.selectionStart ?? field.value.length;
+    field.value = field.value.slice(0, at) + c.textContent + field.value.slice(field.selectionEnd ?? at);
+    field.focus();
+  }));
+  const run = async () => {
+    const sql = field.value;
+    const url = new URL(window.location.href);
+    url.searchParams.set("sql", sql);
+    history.replaceState(null, "", url);  // the query lives in the address: share it, reload it
+    status.className = "status muted";
     status.textContent = "running…";
     const response = await fetch("/api/query", {method: "POST",
-      headers: authHeaders({"Content-Type": "application/json"}),
-      body: JSON.stringify({sql: document.getElementById("sql").value})});
-    if (!response.ok) { status.textContent = "error: " + await errorText(response); return; }
+      headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql})});
+    if (!response.ok) {
+      clear();  // an error never leaves the previous result on screen
+      status.className = "status error";
+      status.textContent = "error: " + await errorText(response);
+      return;
+    }
     const data = await response.json();
-    renderTable(document.getElementById("sql-result"), data.columns, data.rows);
-    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s` + (data.truncated ? " (truncated at the row cap)" : "");
+    renderTable(table, data.columns, data.rows);
+    const records = data.rows.map(r => Object.fromEntries(data.columns.map((c, i) => [c, r[i]])));
+    exports.replaceChildren(element("span", {className: "muted", textContent: "export "}),
+      downloadLink("CSV", "export-csv", "query.csv", "text/csv", csvText(data.columns, data.rows)), " ",
+      downloadLink("JSON", "export-json", "query.json", "application/json", JSON.stringify(records, null, 2)));
+    exports.hidden = false;
+    status.className = "status muted";
+    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s · click a header to sort`
+      + (data.truncated ? " (truncated at the row cap)" : "");
+  };
+  form.addEventListener("submit", event => { event.preventDefault(); run(); });
+  field.addEventListener("keydown", event => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(); }
   });
+  if (status.dataset.autorun) run();
 }
+
+/* ---------- uploads and "no more dumps will come" ---------- */
 
 function uploadForm(form) {
   const out = document.getElementById("upload-result");
   form.addEventListener("submit", async event => {
     event.preventDefault();
-    out.textContent = "uploading…";
+    delete out.dataset.done;
+    out.replaceChildren(element("p", {className: "muted", textContent: "uploading…"}));
     const response = await fetch("/api/dumps", {method: "POST", headers: authHeaders(), body: new FormData(form)});
-    if (!response.ok) { out.innerHTML = ""; out.textContent = "refused: " + await errorText(response); return; }
+    if (!response.ok) {
+      out.replaceChildren(element("p", {className: "error", textContent: "Not uploaded: " + await errorText(response)}));
+      out.dataset.done = "error";
+      return;
+    }
     const data = await response.json();
-    const lines = [`ingested ${data.ingested}, already present ${data.already_present}, rejected ${data.rejected}`];
-    data.files.forEach(f => lines.push(`✓ ${f.path}: ${f.job} attempt ${f.attempt}, rank ${f.rank} on ${f.host}`));
-    data.rejected_files.forEach(f => lines.push(`✗ ${f.path}: ${f.reason}: ${f.detail}`));
-    data.diagnosed.forEach(d => lines.push(`→ ${d.summary}`));
-    out.replaceChildren(...lines.map(l => { const p = document.createElement("p"); p.textContent = l; return p; }));
+    const parts = [element("p", {className: "upload-counts", textContent:
+      `ingested ${data.ingested}, already present ${data.already_present}, rejected ${data.rejected}`})];
+    if (data.attempts.length) {
+      parts.push(element("h2", {textContent: "Attempts that received dumps"}));
+      parts.push(element("ul", {className: "upload-attempts"}, data.attempts.map(a => element("li", {}, [
+        element("a", {href: a.url, className: "attempt-link", textContent: `${a.job} attempt ${a.attempt}`}),
+        a.summary ? ": " + a.summary : ""]))));
+    }
+    const named = path => path.replace(/^upload:[^/]+\//, "");  // the file's own name, not the upload folder's
+    data.files.forEach(f => parts.push(element("p", {textContent: `✓ ${named(f.path)}: ${f.job} attempt ${f.attempt}, rank ${f.rank} on ${f.host}`})));
+    data.rejected_files.forEach(f => parts.push(element("p", {className: "error", textContent: `✗ ${named(f.path)}: ${f.reason}: ${f.detail}`})));
+    out.replaceChildren(...parts);
     out.dataset.done = "1";
   });
 }
 
+function completeForm(form) {
+  const status = document.getElementById("complete-status");
+  form.addEventListener("submit", async event => {
+    event.preventDefault();
+    status.textContent = "diagnosing…";
+    const response = await fetch(form.dataset.url, {method: "POST", headers: authHeaders()});
+    if (!response.ok) { status.textContent = "refused: " + await errorText(response); return; }
+    window.location.reload();
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
-  const arrivals = document.getElementById("arrivals");
-  if (arrivals) arrivalsChart(arrivals);
-  const hosts = document.getElementById("hosts-chart");
-  if (hosts) barChart(hosts, "score (Wilson lower bound)", r => r.host, r => r.score);
-  const slow = document.getElementById("slow-chart");
-  if (slow) barChart(slow, "lateness ms", r => `${r.job} r${r.rank} ${r.host}`, r => r.lateness_ms);
-  const sql = document.getElementById("sql-form");
-  if (sql) sqlConsole(sql);
-  const upload = document.getElementById("upload-form");
-  if (upload) uploadForm(upload);
+  const found = id => document.getElementById(id);
+  if (found("arrivals")) arrivalsChart(found("arrivals"));
+  if (found("hosts-chart")) barChart(found("hosts-chart"), "score (Wilson lower bound)", r => r.host, r => r.score);
+  if (found("slow-chart")) barChart(found("slow-chart"), "lateness ms", r => `${r.job} r${r.rank} ${r.host || "?"}`, r => r.lateness_ms);
+  if (found("job-chart")) jobChart(found("job-chart"));
+  if (found("host-chart")) hostChart(found("host-chart"));
+  if (found("sql-form")) sqlConsole(found("sql-form"));
+  if (found("upload-form")) uploadForm(found("upload-form"));
+  if (found("complete-form")) completeForm(found("complete-form"));
 });

@@ -1,0 +1,168 @@
+"""What the `frlake` command prints: tables that fit an 80-column terminal
+(DuckDB's duckbox habits), CSV / JSON / NDJSON that scripts can read, errors
+in one line. Through typer's CliRunner with COLUMNS set, and through a real
+pipe (a subprocess), as a user's shell runs it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+from rich.cells import cell_len
+from typer.testing import CliRunner
+
+import frlake
+from frlake.cli.main import app
+from tests.helpers import ROOT
+
+runner = CliRunner()
+
+
+def run(lake, *args, columns=80):
+    result = runner.invoke(app, ["--lake", str(lake.lake), *args], env={"COLUMNS": str(columns)})
+    return result
+
+
+def lines_fit(text: str, width: int = 80) -> None:
+    for line in text.splitlines():
+        assert cell_len(line) <= width, f"{cell_len(line)} cells: {line!r}"
+
+
+@pytest.fixture(scope="module")
+def counts(corpus_lake):
+    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+    columns = len(con.execute("SELECT * FROM entries LIMIT 0").description)
+    files = con.execute("SELECT count(*) FROM files").fetchone()[0]
+    con.close()
+    return {"entries": entries, "entry_columns": columns, "files": files}
+
+
+def test_select_star_from_entries_fits_80_columns(corpus_lake, counts):
+    result = run(corpus_lake, "query", "SELECT * FROM entries ORDER BY job, attempt, rank, entry_index")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    lines_fit(out)
+    assert len(out.splitlines()) < 60  # was 2,300 lines of empty boxes
+    body = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(body) == 1 + 40 + 1  # the header, the first and last 20 rows, the ⋮ line
+    assert "⋮" in out
+    left_out = re.search(r"(\d+) of (\d+) columns left out at 80 columns", " ".join(out.split()))
+    shown = body[0].count("│") - 1
+    assert left_out.groups() == (str(counts["entry_columns"] - shown), str(counts["entry_columns"]))
+    assert f"{counts['entries']:,} rows (40 shown" in out
+
+
+def test_files_is_one_line_per_file_at_80_columns(corpus_lake, counts):
+    result = run(corpus_lake, "files")
+    assert result.exit_code == 0, result.output
+    lines_fit(result.stdout)
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == counts["files"] + 1  # one line per file, was 15-45
+    assert "…" in rows[1]  # the long path is cut, not wrapped
+    assert rows[1].split("│")[1].strip().endswith("rank_0") or "rank_" in rows[1]  # a path keeps its end
+
+
+def test_report_hangs_names_what_it_leaves_out(corpus_lake):
+    result = run(corpus_lake, "report", "hangs")
+    assert result.exit_code == 0, result.output
+    lines_fit(result.stdout)
+    assert "signature" in result.stdout  # shown or named as left out, never dropped silently
+    wide = run(corpus_lake, "report", "hangs", columns=400)
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("│"))
+    assert "signature" in header and "left out" not in wide.stdout
+
+
+def test_diagnose_names_the_ranks_that_wait_and_their_hosts(corpus_lake):
+    result = run(corpus_lake, "diagnose", "job-f70c5d", "--attempt", "0")
+    assert result.exit_code == 0, result.output
+    lines_fit(result.stdout)
+    d = frlake.Frlake.open(corpus_lake.lake, corpus_lake.db_url)
+    diag = d.diagnose("job-f70c5d", 0, store=False)
+    d.close()
+    waiting = " ".join(result.stdout.split())
+    for w in diag.root.waited_by:
+        assert f"{w['rank']} on {w['host']}" in waiting or f", {w['rank']}" in waiting
+    assert "Also involved" in result.stdout and "victim: waits for rank" in waiting
+
+
+def test_csv_has_lf_line_ends_json_for_nested_values_and_a_header_without_rows(corpus_lake):
+    out = run(corpus_lake, "query", "SELECT [1, 2] AS xs, {'a': 1} AS s, 'x,y' AS t", "-f", "csv").stdout_bytes
+    assert b"\r" not in out
+    rows = list(csv.reader(io.StringIO(out.decode())))
+    assert rows[0] == ["xs", "s", "t"]
+    assert json.loads(rows[1][0]) == [1, 2] and json.loads(rows[1][1]) == {"a": 1} and rows[1][2] == "x,y"
+    empty = run(corpus_lake, "query", "SELECT job, attempt FROM attempts WHERE false", "-f", "csv").stdout
+    assert empty == "job,attempt\n"
+    report = run(corpus_lake, "report", "hangs", "--since", "2100-01-01", "-f", "csv").stdout
+    assert report.splitlines()[0].startswith("signature,top_frame") and len(report.splitlines()) == 1
+    rows = list(csv.DictReader(io.StringIO(run(corpus_lake, "report", "hangs", "-f", "csv").stdout)))
+    assert isinstance(json.loads(rows[0]["evidence"]), list)  # JSON, not a Python repr
+
+
+def test_ndjson_everywhere_there_is_a_format(corpus_lake, counts):
+    out = run(corpus_lake, "query", "SELECT * FROM entries", "-f", "ndjson", "--max-rows", "0").stdout
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == counts["entries"]  # --max-rows 0: no row limit
+    for args in (["files"], ["report", "hangs"], ["rediagnose", "--job", "job-223715"],
+                 ["diagnose", "job-223715"]):
+        result = run(corpus_lake, *args, "-f", "ndjson")
+        assert result.exit_code == 0, (args, result.output)
+        assert all(isinstance(json.loads(line), dict) for line in result.stdout.splitlines()), args
+    limited = run(corpus_lake, "query", "SELECT * FROM entries", "-f", "ndjson", "--max-rows", "7")
+    assert len(limited.stdout.splitlines()) == 7
+
+
+def test_sql_errors_keep_duckdbs_hints(corpus_lake):
+    result = run(corpus_lake, "query", "SELECT * FROM dump")
+    assert result.exit_code == 1
+    assert 'Did you mean "dumps"' in result.output
+    result = run(corpus_lake, "query", "SELECT rnk FROM dumps")
+    assert "Candidate bindings" in result.output and '"rank"' in result.output
+
+
+def test_version_serve_and_rediagnose_errors(tmp_path, corpus_lake):
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout.startswith("frlake ")
+    bad_port = run(corpus_lake, "serve", "--port", "70000")
+    assert bad_port.exit_code == 2 and "65535" in bad_port.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = run(corpus_lake, "serve", "--port", str(taken.getsockname()[1]))
+    assert busy.exit_code == 1
+    assert "address in use" in busy.output and "Traceback" not in busy.output
+    assert len(busy.stderr.strip().splitlines()) == 1
+    nope = run(corpus_lake, "rediagnose", "--job", "NOPE")
+    assert nope.exit_code == 1 and "no dumps of job 'NOPE'" in nope.output
+
+
+def test_ingest_csv_prints_csv(tmp_path, corpus):
+    result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(corpus / "job-223715"),
+                                 "-f", "csv", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 1 and rows[0]["ingested"] == "4" and rows[0]["rejected"] == "0"
+    assert json.loads(rows[0]["diagnosed"]) == [{"job": "job-223715", "attempt": 0, "verdict": "hang"}]
+
+
+def test_through_a_pipe(corpus_lake):
+    """A real pipe: no terminal, no COLUMNS: 80 columns, no colour codes, the same rows."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
+    base = [sys.executable, "-m", "frlake.cli.main", "--lake", str(corpus_lake.lake)]
+    table = subprocess.run(base + ["query", "SELECT job, attempt, verdict, summary FROM incidents ORDER BY ALL"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "\x1b[" not in table.stdout
+    lines_fit(table.stdout)
+    assert sum(line.startswith("│ job-") for line in table.stdout.splitlines()) == 30
+    as_csv = subprocess.run(base + ["query", "SELECT job, attempt FROM incidents ORDER BY ALL", "-f", "csv"],
+                            capture_output=True, env=env, cwd=ROOT, timeout=120)
+    assert b"\r\n" not in as_csv.stdout and as_csv.stdout.count(b"\n") == 31
