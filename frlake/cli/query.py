@@ -14,10 +14,10 @@ TABLE_ROWS = 40  # rows a terminal table shows (the first and last ones), as Duc
 def view_names() -> dict[str, list[str]]:
     """Every view a query sees, by kind, from the code that makes them."""
     from frlake.query.catalog_views import CATALOG_VIEWS
-    from frlake.query.views import _DERIVED
+    from frlake.query.views import DERIVED
     from frlake.schema import TABLES
 
-    return {"lake tables": list(TABLES), "catalog views": list(CATALOG_VIEWS), "derived views": list(_DERIVED)}
+    return {"lake tables": list(TABLES), "catalog views": list(CATALOG_VIEWS), "derived views": list(DERIVED)}
 
 
 def query_help() -> str:

@@ -10,10 +10,10 @@ from frlake.query.schema_doc import meaning, schema_meanings
 
 def view_names() -> list[str]:
     from frlake.query.catalog_views import CATALOG_VIEWS
-    from frlake.query.views import _DERIVED
+    from frlake.query.views import DERIVED
     from frlake.schema import TABLES
 
-    return list(dict.fromkeys([*TABLES, *CATALOG_VIEWS, *_DERIVED]))
+    return list(dict.fromkeys([*TABLES, *CATALOG_VIEWS, *DERIVED]))
 
 
 def schema_browser(con: duckdb.DuckDBPyConnection) -> list[dict]:
