@@ -160,3 +160,19 @@ def top_frame(frames: list[dict] | None) -> str | None:
             return f"{f.get('name')} ({filename.rsplit('/', 1)[-1]}:{f.get('line')})"
     f = frames[0]
     return f"{f.get('name')} ({str(f.get('filename') or '').rsplit('/', 1)[-1]}:{f.get('line')})"
+
+
+def stall_signature(frames: list[dict] | None) -> str | None:
+    """The same stall across code and torch upgrades: the function names of
+    the user's own frames (outside torch and Python), innermost first, with no
+    file names or line numbers, so that a line moved by an edit, or a new
+    torch, keeps the signature. None when the stack has no user frame."""
+    if not frames:
+        return None
+    names = [str(f.get("name")) for f in frames
+             if not any(part in str(f.get("filename") or "") for part in _FRAMEWORK)]
+    if not names:
+        return None
+    import hashlib
+
+    return hashlib.blake2b("|".join(names).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
