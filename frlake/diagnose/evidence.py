@@ -39,11 +39,10 @@ _DTYPE_SIG = f"""CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op IN {_
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
 # gets its sequence ids numbered per group, in the order it enqueued its ops.
 _SHARED_COUNTER = """
-    SELECT rank FROM entries WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {dumps})
-    GROUP BY rank
-    HAVING max(coalesce(p2p_seq_id, 0)) = 0 AND bool_and(pg_desc IS NOT DISTINCT FROM backend)
-       AND (count(DISTINCT pg_name) > 1 OR bool_or(is_p2p))
-       AND count(collective_seq_id) = count(DISTINCT collective_seq_id)
+    SELECT rank FROM {entries} GROUP BY rank
+    HAVING bool_and(desc_is_backend) AND max(coalesce(p2p_seq, 0)) = 0
+       AND (count(DISTINCT pg_name) > 1 OR bool_or(is_p2p)) AND count(seq) = count(DISTINCT seq)
+    ORDER BY rank
 """
 
 
@@ -112,35 +111,39 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         params,
     )
     split = _group_keys(con, params, rel)
-    renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(dumps=rel.dumps) + " ORDER BY rank", params).fetchall()]
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
-    seq, p2p_seq = "collective_seq_id", "p2p_seq_id"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {rel.entries} AS
+        SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
+               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, en.state, en.entry_index, en.time_created_ns AS t,
+               en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
+               {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
+               en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend
+        FROM entries en {keys}
+        WHERE en.job = $job AND en.attempt = $attempt AND en.dump_id IN (SELECT dump_id FROM {rel.dumps})
+        """,
+        params,
+    )
+    renumbered = []
+    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {rel.entries} WHERE desc_is_backend LIMIT 1)").fetchone()[0]:
+        renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(entries=rel.entries)).fetchall()]
     if renumbered:
         # per rank and group, in the order of enqueueing: collectives 1, 2, ...; a p2p op takes the number of
         # the group's last collective before it (as ProcessGroupNCCL does) and a p2p number of its own
         order = "OVER (PARTITION BY rank, pg_name ORDER BY entry_index ROWS UNBOUNDED PRECEDING)"
-        seq = (f"CASE WHEN rank IN (SELECT unnest($renumbered)) THEN count(*) FILTER (WHERE NOT is_p2p) {order} "
-               "ELSE collective_seq_id END")
-        p2p_seq = (f"CASE WHEN rank IN (SELECT unnest($renumbered)) THEN count(*) FILTER (WHERE is_p2p) {order} "
-                   "ELSE p2p_seq_id END")
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE {rel.entries} AS
-        WITH en AS (
-          SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id, en.p2p_seq_id, en.is_p2p,
-                 en.op, en.state, en.entry_index, en.time_created_ns, en.stack_id, en.p2p_src, en.p2p_dst,
-                 en.input_sizes, en.output_sizes, en.input_dtypes, en.output_dtypes
-          FROM entries en {keys}
-          WHERE en.job = $job AND en.attempt = $attempt AND en.dump_id IN (SELECT dump_id FROM {rel.dumps})
+        shared = "rank IN (SELECT unnest($renumbered))"
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE {rel.entries} AS
+            SELECT * REPLACE (
+              CASE WHEN {shared} THEN count(*) FILTER (WHERE NOT is_p2p) {order} ELSE seq END AS seq,
+              CASE WHEN {shared} THEN count(*) FILTER (WHERE is_p2p) {order} ELSE p2p_seq END AS p2p_seq)
+            FROM {rel.entries}
+            """,
+            {"renumbered": renumbered},
         )
-        SELECT rank, dump_id, pg_name, pg_desc, {seq} AS seq, {p2p_seq} AS p2p_seq, is_p2p, op, state,
-               entry_index, time_created_ns AS t, stack_id, p2p_src, p2p_dst, {END_MARKER} AS marker,
-               hash(op) AS type_sig, {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig
-        FROM en
-        """,
-        dict(params, renumbered=renumbered) if renumbered else params,
-    )
     # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
     # end marker's group and sequence ids) is one call of several ops, compared with the other members'
     # blocks as a whole. Every other collective entry is a call of its own.
@@ -260,6 +263,15 @@ def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) ->
     by name plus a hash of its ranks). Each rank's entries of such a name belong to the member set its own
     pg_config gives that name; a rank without one (an empty pg_config) to the one set that holds it; else
     to the name alone, as before. Builds ``rel.group_keys``; returns {group: name} for the split names."""
+    if not con.execute(
+        f"""
+        SELECT count(*) FROM (SELECT pg_name FROM groups
+          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND len(ranks) > 0
+          GROUP BY pg_name HAVING min(ranks) <> max(ranks) LIMIT 1)
+        """,
+        params,
+    ).fetchone()[0]:
+        return {}  # every name has one member list: names identify the groups
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _gcfg AS
