@@ -98,3 +98,24 @@ def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
         d = diagnose(settings, "job-extra", attempt, store=False)
         assert (d.verdict, d.root.rank, d.root.host, d.root.reason) == ("mismatch", 0, "host-a", "size_mismatch")
         assert d.ranks_missing_dump == [7]
+
+
+@pytest.mark.parametrize("job", ["newgroup", "split5"])
+def test_pairs_that_share_a_desc_or_a_name(tmp_path, job):
+    """Real torch 2.13 gloo dumps (tests/fixtures/make_split_group.py): torch keys a group by name plus its
+    ranks, as frlake does; both call the job healthy, and both name rank 3 as the one missing from its
+    pair's last all_gather (torch also lists ranks 2 and 3 as missing from the world's all_reduce)."""
+    from frlake.config import Settings
+    from tests.helpers import FIXTURES, ingest
+
+    tree = FIXTURES / "real" / "split_group" / job
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tree], settings).rejected == 0
+    healthy = run_torch_on_attempt(tree / "attempt-0")
+    assert not healthy.gave_up and not healthy.findings
+    assert diagnose(settings, job, 0, store=False).verdict == "healthy"
+    hung = run_torch_on_attempt(tree / "attempt-1")
+    tp = [f for f in hung.findings if f["group"] and f["group"].endswith(":tp")]
+    assert [f["missing_ranks"] for f in tp] == [[3]]
+    d = diagnose(settings, job, 1, store=False)
+    assert (d.verdict, d.root.rank, d.root.host) == ("hang", 3, "host-1")

@@ -79,7 +79,8 @@ def render_report(diag: Diagnosis) -> None:
     root = diag.root
     if root is None:
         return
-    console.print(f"\n[bold]Root cause[/]: rank {root.rank} on [bold]{root.host or 'an unknown host'}[/] ({root.reason})",
+    title = "Suspect (the data cannot tell which member changed)" if root.role == "suspect" else "Root cause"
+    console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{root.host or 'an unknown host'}[/] ({root.reason})",
                   highlight=False)
     if root.pg is not None:
         console.print(f"  where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}",
@@ -89,7 +90,9 @@ def render_report(diag: Diagnosis) -> None:
     if root.expected is not None:
         console.print(f"  expected {root.expected}, found {root.found}", highlight=False)
     if root.lateness_ms is not None:
-        console.print(f"  typically {root.lateness_ms:.1f} ms late")
+        console.print(f"  typically {root.lateness_ms:.1f} ms late"
+                      + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
+                         if root.p_value is not None else ""))
     if root.evidence:
         console.print(f"  [yellow]weaker evidence ({root.evidence.replace('_', ' ')})[/]: {root.detail}", highlight=False)
     if root.stack:

@@ -30,7 +30,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
-                     timing=ev.timing.to_dict(), progress=ev.progress, complete=complete)
+                     timing=ev.timing.to_dict(), progress=ev.progress, complete=complete, notes=_notes(ev))
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
 
     mismatches = mismatch.find(con, ev)
@@ -51,15 +51,19 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     if mismatches:
         diag.verdict = Verdict.MISMATCH
         diag.culprits = [
-            Culprit(rank=m.rank, host=hosts.get(m.rank), reason=m.reason, role="root", pg=m.pg, pg_desc=m.pg_desc,
-                    seq=m.seq, op=m.op, expected=m.expected, found=m.found, stack_id=m.stack_id)
+            Culprit(rank=m.rank, host=hosts.get(m.rank), reason=m.reason, role=m.role, pg=ev.name(m.pg),
+                    pg_ranks=_split_members(ev, m.pg), pg_desc=m.pg_desc, seq=m.seq, op=m.op, expected=m.expected,
+                    found=m.found, stack_id=m.stack_id,
+                    detail=("the members disagree and nothing tells which of them changed: a suspect, not a proven "
+                            "cause" if m.role == "suspect" else None))
             for m in mismatches
         ]
         seen = {c.rank for c in diag.culprits}
-        diag.culprits += [_stall_culprit(s, hosts, stack_of_last, role="victim") for s in stalls if s.rank not in seen]
+        diag.culprits += [_stall_culprit(s, ev, hosts, stack_of_last, role="victim")
+                          for s in stalls if s.rank not in seen]
     elif stalled:
         diag.verdict = Verdict.HANG
-        diag.culprits = [_stall_culprit(s, hosts, stack_of_last) for s in stalls]
+        diag.culprits = [_stall_culprit(s, ev, hosts, stack_of_last) for s in stalls]
     elif missing_dump:
         diag.verdict = Verdict.INCOMPLETE
         diag.culprits = [Culprit(rank=r, host=hosts.get(r), reason="no_dump", role="root",
@@ -67,10 +71,12 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     elif slow is not None:
         diag.verdict = Verdict.STRAGGLER
         diag.culprits = [Culprit(rank=slow.rank, host=hosts.get(slow.rank), reason="straggler", role="root",
-                                 pg=slow.pg, pg_desc=slow.pg_desc, seq=slow.seq, op=slow.op,
-                                 lateness_ms=slow.lateness_ms, stack_id=slow.stack_id,
+                                 pg=ev.name(slow.pg), pg_ranks=_split_members(ev, slow.pg), pg_desc=slow.pg_desc,
+                                 seq=slow.seq, op=slow.op, lateness_ms=slow.lateness_ms, p_value=slow.p_value,
+                                 effect_size=slow.effect_size, step_ms=slow.step_ms, stack_id=slow.stack_id,
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
-                                        f"unexplained late arrivals")]
+                                        f"unexplained late arrivals (p = {slow.p_value:.2g} that jitter alone does "
+                                        f"this; {slow.effect_size:g} robust sd above the other ranks)")]
     if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
                                                                                           Verdict.INCOMPLETE):
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
@@ -81,7 +87,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     return diag
 
 
-def _stall_culprit(s: hang.Stall, hosts: dict[int, str], stack_of_last: dict[int, int | None],
+def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_last: dict[int, int | None],
                    role: str | None = None) -> Culprit:
     def named(ranks: tuple[int, ...]) -> list[dict]:
         return [{"rank": r, "host": hosts.get(r)} for r in ranks[:WAIT_LIST]]
@@ -96,10 +102,10 @@ def _stall_culprit(s: hang.Stall, hosts: dict[int, str], stack_of_last: dict[int
                   f"but the job hung (a collective pending longer than its timeout when the dumps were written) "
                   f"and this rank never enqueued seq {s.seq}, the newest collective {s.waiters} member(s) of its "
                   f"group hold pending")
-    return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=s.pg,
-                   pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters, stack_id=stack_of_last.get(s.rank),
-                   detail=detail, evidence=s.evidence, waiting_for=named(s.waiting_for) or None,
-                   waited_by=named(s.waited_by) or None)
+    return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=ev.name(s.pg),
+                   pg_ranks=_split_members(ev, s.pg), pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters,
+                   stack_id=stack_of_last.get(s.rank), detail=detail, evidence=s.evidence,
+                   waiting_for=named(s.waiting_for) or None, waited_by=named(s.waited_by) or None)
 
 
 def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
@@ -110,6 +116,23 @@ def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None
     for c in diag.culprits:
         if c.role == "root" and c.rank in live:
             c.live_stack = live[c.rank]
+
+
+def _split_members(ev: Evidence, pg: str | None) -> list[int] | None:
+    """The members of a group that shares its name with others (shown beside the name)."""
+    return ev.members.get(pg) if pg in ev.names else None
+
+
+def _notes(ev: Evidence) -> list[str]:
+    notes = []
+    if ev.names:
+        shared = sorted(set(ev.names.values()))
+        notes.append(f"disjoint process groups share the name(s) {', '.join(shared)}: each is told apart by its "
+                     "members (pg_config)")
+    if ev.renumbered:
+        notes.append(f"{len(ev.renumbered)} rank(s) count one sequence id over all their groups (torchcomms): "
+                     "their collectives are numbered per group in the order they were enqueued")
+    return notes
 
 
 def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
@@ -141,11 +164,11 @@ def _hosts_with_inferred(ev: Evidence) -> dict[int, str]:
 
 def _progress(ev: Evidence) -> list[dict]:
     out = []
-    for pg, ranks in sorted(ev.members.items()):
+    for pg, ranks in sorted(ev.members.items(), key=lambda kv: (ev.name(kv[0]), kv[1])):
         last = {r: ev.last_seq.get((r, pg)) for r in ranks}
         known = [s for s in last.values() if s is not None]
         out.append({
-            "pg": pg, "pg_desc": ev.desc.get(pg), "ranks": ranks,
+            "pg": ev.name(pg), "pg_desc": ev.desc.get(pg), "ranks": ranks,
             "last_enqueued": {str(r): s for r, s in last.items()},
             "frontier": max(known) if known else None,
             "behind": sorted(r for r, s in last.items() if known and (s is None or s < max(known))),
@@ -165,6 +188,11 @@ def summarize(d: Diagnosis) -> str:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
     where = f" in {root.pg_desc or 'pg'} {root.pg} at seq {root.seq} ({root.op})" if root.pg is not None else ""
     host = root.host or "unknown host"
+    if d.verdict is Verdict.MISMATCH and root.role == "suspect":
+        suspects = [c for c in d.culprits if c.role == "suspect" and (c.pg, c.seq) == (root.pg, root.seq)]
+        named = ", ".join(f"rank {c.rank} on {c.host or 'unknown host'} ({c.found})" for c in suspects)
+        return (f"{d.job} attempt {d.attempt}: {root.reason.replace('_', ' ')}{where}: the members disagree and the "
+                f"data cannot tell which changed; suspects: {named}.")
     if d.verdict is Verdict.MISMATCH:
         return (f"{d.job} attempt {d.attempt}: {root.reason.replace('_', ' ')}{where}: rank {root.rank} on {host} "
                 f"sent {root.found}, the others {root.expected}.")
@@ -176,6 +204,8 @@ def summarize(d: Diagnosis) -> str:
                     f"the first unfinished collectives had all their members).")
         return f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} {what}; {root.waiters} rank(s) wait for it."
     if d.verdict is Verdict.STRAGGLER:
+        step = f" of a {root.step_ms:.0f} ms step" if root.step_ms else ""
         return (f"{d.job} attempt {d.attempt}: straggler: rank {root.rank} on {host} arrives "
-                f"{root.lateness_ms:.1f} ms late to collectives, first in the chain.")
+                f"{root.lateness_ms:.1f} ms late to collectives{step}, first in the chain "
+                f"(p = {root.p_value:.2g}, {root.effect_size:g} sd above the others' jitter).")
     return f"{d.job} attempt {d.attempt}: incomplete: no dump from rank(s) {', '.join(map(str, d.ranks_missing_dump))}."

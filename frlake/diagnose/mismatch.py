@@ -3,9 +3,11 @@
 A collective instance is one (process group, sequence id). Members normally
 agree; the one that differs is the culprit. With two members (or one, when
 its peer left no dump) a vote inside the group cannot decide, so sibling
-groups of the same description at the same sequence id, and each member's own
-previous call at the same site, vote too: the value that differs from all of
-them marks the rank that changed.
+groups of the same description and size at the same sequence id, and each
+member's own previous call at the same site, vote too: the value that
+differs from all of them marks the rank that changed. When members disagree
+and nothing settles who changed (two members, or a tie), every member is a
+*suspect*: a mismatch all the same, with the evidence, never healthy.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from frlake.diagnose.evidence import END_MARKER, Evidence
+from frlake.diagnose.evidence import Evidence
 
 FIELDS = (("type_sig", "type_mismatch"), ("size_sig", "size_mismatch"), ("dtype_sig", "dtype_mismatch"))
 
@@ -32,11 +34,12 @@ class Mismatch:
     found: str
     t: int | None
     stack_id: int | None
+    role: str = "root"  # root | suspect (members disagree and the data cannot tell which changed)
 
 
 def find(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     found = _collectives(con, ev) + _point_to_point(con, ev)
-    found.sort(key=lambda m: (m.t if m.t is not None else 0, m.rank))
+    found.sort(key=lambda m: (m.role != "root", m.t if m.t is not None else 0, m.rank, m.pg, m.seq, m.reason))
     return found
 
 
@@ -53,7 +56,7 @@ def states(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
         FROM {rel.calls} c JOIN {rel.instances} i USING (pg_name, seq)
         WHERE c.state = 'scheduled' AND i.n_completed > i.n_scheduled
           AND c.seq < (SELECT max(l.seq) FROM {rel.calls} l WHERE l.rank = c.rank AND l.pg_name = c.pg_name)
-        ORDER BY c.t, c.rank
+        ORDER BY c.t, c.rank, c.pg_name, c.seq
         """
     ).fetchall()
     return [Mismatch(rank, "state_mismatch", pg, desc, seq, op, "completed", "scheduled", t, stack_id)
@@ -74,15 +77,17 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
         return []
     con.execute("CREATE OR REPLACE TEMP TABLE _cand (pg_name VARCHAR, seq BIGINT)")
     con.executemany("INSERT INTO _cand VALUES (?, ?)", sorted(candidates))
+    _group_sizes(con, ev)
     calls = ev.rel.calls
     rows = con.execute(
         f"""
         WITH here AS (
           SELECT e.* FROM {calls} e JOIN _cand c USING (pg_name, seq)
-        ), sib AS (
+        ), sib AS (  -- groups of the same description and size, at the same sequence id
           SELECT c.pg_name AS for_pg, c.seq AS for_seq, e.type_sig, e.size_sig, e.dtype_sig
-          FROM _cand c JOIN (SELECT DISTINCT pg_name, pg_desc FROM {calls}) d ON d.pg_name = c.pg_name
-          JOIN {calls} e ON e.pg_desc = d.pg_desc AND e.pg_name <> c.pg_name AND e.seq = c.seq
+          FROM _cand c JOIN _gsize g ON g.pg_name = c.pg_name
+          JOIN _gsize s ON s.pg_desc = g.pg_desc AND s.n = g.n AND s.pg_name <> g.pg_name
+          JOIN {calls} e ON e.pg_name = s.pg_name AND e.seq = c.seq
         ), own AS (
           SELECT h.pg_name AS for_pg, h.seq AS for_seq, h.rank, p.type_sig, p.size_sig, p.dtype_sig
           FROM here h JOIN {calls} p ON p.rank = h.rank AND p.pg_name = h.pg_name AND p.seq < h.seq
@@ -97,8 +102,8 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
     by_instance: dict[tuple[str, int], dict[str, list]] = {}
     for kind, pg, seq, rank, *sigs in rows:
         by_instance.setdefault((pg, seq), {"here": [], "sib": [], "own": []})[kind].append((rank, sigs))
-    found: dict[tuple[int, str, int], str] = {}
-    for (pg, seq), votes in by_instance.items():
+    found: dict[tuple[int, str, int], tuple[str, str, int, int | None]] = {}  # -> reason, role, field, normal
+    for (pg, seq), votes in sorted(by_instance.items()):
         if not votes["here"]:
             continue
         for i, (_, reason) in enumerate(FIELDS):
@@ -119,48 +124,79 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
                 tally += Counter(siblings) + Counter(own)
                 ranked = tally.most_common()
             if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-                continue  # no majority: cannot tell who changed
+                if len(set(members.values())) > 1:  # they disagree, and nothing says who changed
+                    for rank in members:
+                        found.setdefault((rank, pg, seq), (reason, "suspect", i, None))
+                continue
             normal = ranked[0][0]
             for rank, value in members.items():
-                if value != normal and (rank, pg, seq) not in found:
-                    found[(rank, pg, seq)] = reason
+                if value != normal:
+                    found.setdefault((rank, pg, seq), (reason, "root", i, normal))
     if not found:
         return []
     return _details(con, ev, found)
 
 
-def _details(con: duckdb.DuckDBPyConnection, ev: Evidence, found: dict[tuple[int, str, int], str]) -> list[Mismatch]:
+def _group_sizes(con: duckdb.DuckDBPyConnection, ev: Evidence) -> None:
+    con.execute("CREATE OR REPLACE TEMP TABLE _gsize (pg_name VARCHAR, pg_desc VARCHAR, n INTEGER)")
+    con.executemany("INSERT INTO _gsize VALUES (?, ?, ?)",
+                    sorted((pg, ev.desc.get(pg), len(m)) for pg, m in ev.members.items()))
+
+
+def _details(con: duckdb.DuckDBPyConnection, ev: Evidence,
+             found: dict[tuple[int, str, int], tuple[str, str, int, int | None]]) -> list[Mismatch]:
+    """What each flagged member called, and what the others called: read from the calls of the group's own
+    members (and of its siblings, where only they hold the value that settled it), never from a mode()."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _flag (pg_name VARCHAR, seq BIGINT)")
+    con.executemany("INSERT INTO _flag VALUES (?, ?)", sorted({(pg, seq) for _, pg, seq in found}))
+    rows = con.execute(
+        f"""
+        WITH who AS (
+          SELECT f.pg_name AS for_pg, f.seq, c.rank, c.pg_name, c.pg_name = f.pg_name AS here, c.pg_desc, c.op,
+                 c.t, c.stack_id, c.type_sig, c.size_sig, c.dtype_sig
+          FROM _flag f JOIN _gsize g ON g.pg_name = f.pg_name
+          JOIN _gsize s ON s.pg_name = g.pg_name OR (s.pg_desc = g.pg_desc AND s.n = g.n)
+          JOIN {ev.rel.calls} c ON c.pg_name = s.pg_name AND c.seq = f.seq
+        )
+        SELECT w.for_pg, w.seq, w.rank, w.here, w.pg_desc, w.op, w.t, w.stack_id, w.type_sig, w.size_sig,
+               w.dtype_sig, string_agg(en.op, ' + ' ORDER BY en.entry_index),
+               string_agg(en.input_sizes::VARCHAR || ' -> ' || en.output_sizes::VARCHAR, ' + ' ORDER BY en.entry_index),
+               string_agg(en.input_dtypes::VARCHAR, ' + ' ORDER BY en.entry_index)
+        FROM who w JOIN {ev.rel.entries} e ON e.rank = w.rank AND e.pg_name = w.pg_name AND e.seq = w.seq
+          AND NOT e.is_p2p AND NOT e.marker
+        JOIN entries en ON en.job = $job AND en.attempt = $attempt AND en.dump_id = e.dump_id
+          AND en.entry_index = e.entry_index
+        GROUP BY w.for_pg, w.seq, w.rank, w.here, w.pg_desc, w.op, w.t, w.stack_id, w.type_sig, w.size_sig,
+                 w.dtype_sig, w.pg_name
+        ORDER BY w.for_pg, w.seq, NOT w.here, w.rank, w.pg_name
+        """,
+        {"job": ev.job, "attempt": ev.attempt},
+    ).fetchall()
+    calls: dict[tuple[str, int], list[_Call]] = {}
+    for for_pg, seq, *rest in rows:
+        calls.setdefault((for_pg, seq), []).append(_Call(*rest))
     out = []
-    for (rank, pg, seq), reason in found.items():
-        row = con.execute(
-            f"""
-            SELECT e.pg_desc, e.op, e.input_sizes::VARCHAR, e.output_sizes::VARCHAR, e.input_dtypes::VARCHAR,
-                   e.time_created_ns, e.stack_id
-            FROM entries e JOIN {ev.rel.dumps} d USING (dump_id)
-            WHERE e.job = $job AND e.attempt = $attempt AND e.rank = $rank AND e.pg_name = $pg
-              AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
-            ORDER BY e.entry_index LIMIT 1
-            """,
-            {"job": ev.job, "attempt": ev.attempt, "rank": rank, "pg": pg, "seq": seq},
-        ).fetchone()
-        peers = con.execute(
-            f"""
-            SELECT mode(op), mode(input_sizes::VARCHAR), mode(output_sizes::VARCHAR), mode(input_dtypes::VARCHAR)
-            FROM entries e JOIN {ev.rel.dumps} d USING (dump_id)
-            WHERE e.job = $job AND e.attempt = $attempt AND e.rank <> $rank AND e.pg_desc = $desc
-              AND e.collective_seq_id = $seq AND NOT e.is_p2p AND NOT {END_MARKER}
-            """,
-            {"job": ev.job, "attempt": ev.attempt, "rank": rank, "desc": row[0], "seq": seq},
-        ).fetchone()
-        desc, op, in_sizes, out_sizes, in_dtypes, t, stack_id = row
-        if reason == "type_mismatch":
-            expected, got = peers[0], op
-        elif reason == "size_mismatch":
-            expected, got = f"{peers[1]} -> {peers[2]}", f"{in_sizes} -> {out_sizes}"
-        else:
-            expected, got = peers[3], in_dtypes
-        out.append(Mismatch(rank, reason, pg, desc, seq, op, str(expected), str(got), t, stack_id))
+    for (rank, pg, seq), (reason, role, field, normal) in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        group = calls.get((pg, seq), [])
+        mine = next((c for c in group if c.rank == rank and c.here), None)
+        if mine is None:
+            continue
+        if role == "root":  # what a member holding the normal value called, else a sibling that did
+            expected = next((c.texts[field] for c in group if c.sigs[field] == normal), None)
+        else:  # what the other members called
+            others = sorted({c.texts[field] for c in group if c.here and c.rank != rank} - {mine.texts[field]})
+            expected = " or ".join(others) if others else None
+        out.append(Mismatch(rank, reason, pg, mine.pg_desc, seq, mine.op, str(expected), str(mine.texts[field]),
+                            mine.t, mine.stack_id, role))
     return out
+
+
+class _Call:
+    """One member's call at a flagged instance (or a sibling group's), with its signatures and their text."""
+
+    def __init__(self, rank, here, pg_desc, op, t, stack_id, type_sig, size_sig, dtype_sig, ops, sizes, dtypes):
+        self.rank, self.here, self.pg_desc, self.op, self.t, self.stack_id = rank, here, pg_desc, op, t, stack_id
+        self.sigs, self.texts = (type_sig, size_sig, dtype_sig), (ops, sizes, dtypes)
 
 
 # The k-th send from a to b at one p2p sequence id of a group meets the k-th recv at b from a (group-local

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 3
+ALGORITHM_VERSION = 4  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+# pending tails, live stacks; 4: both
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -45,7 +46,8 @@ class Verdict(str, Enum):
 
 
 _RULES = {
-    Verdict.MISMATCH: "the members of a collective disagree on its op, sizes, dtypes or state",
+    Verdict.MISMATCH: "the members of a collective disagree on its op, sizes, dtypes or state "
+                      "(when nothing says which member changed, all of them are suspects)",
     Verdict.HANG: "ranks wait in a collective or point-to-point op for a rank that never joined",
     Verdict.INCOMPLETE: "some ranks of the world left no dump, and the others explain nothing",
     Verdict.STRAGGLER: "one rank is the first to arrive late again and again, beyond the attempt's own jitter",
@@ -63,15 +65,22 @@ INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
 class Culprit:
     rank: int
     host: str | None
-    reason: str  # missing | no_dump | type_mismatch | size_mismatch | dtype_mismatch | straggler
-    role: str = "root"  # root | victim
-    pg: str | None = None
+    reason: str  # missing | no_dump | type_mismatch | size_mismatch | dtype_mismatch | state_mismatch | straggler
+    # root: the cause; victim: held up by it; suspect: members disagree and the data cannot tell which changed
+    role: str = "root"
+    pg: str | None = None  # the group's name
+    pg_ranks: list[int] | None = None  # its members, when disjoint groups share the name (split_group)
     pg_desc: str | None = None
     seq: int | None = None
     op: str | None = None
     expected: str | None = None
     found: str | None = None
     lateness_ms: float | None = None
+    # how sure a straggler verdict is: the chance that jitter alone gives this many unexplained late
+    # arrivals to one rank (one-sided binomial), and the lateness in units of the others' jitter
+    p_value: float | None = None
+    effect_size: float | None = None
+    step_ms: float | None = None  # the attempt's typical step: the median gap between a rank's collectives
     waiters: int | None = None  # ranks that wait for it, directly or through others
     # whom it waits for and who waits for it directly, [{"rank", "host"}] (at most WAIT_LIST each)
     waiting_for: list[dict] | None = None
@@ -113,6 +122,7 @@ class Diagnosis:
     # verdict is "incomplete" and no culprit is named until more dumps arrive (docs/diagnose.md)
     waiting_for_dumps: bool = False
     complete: bool = False  # a user said no more dumps will come: diagnose with what there is
+    notes: list[str] = field(default_factory=list)  # how the dumps were read where their shape asked for it
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

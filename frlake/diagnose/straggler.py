@@ -5,13 +5,30 @@ lateness is its time_created minus the first member's. A late arrival is
 *explained* when another late arrival happened while it was waiting (between
 the first member's arrival and its own): it was probably held up, in a
 collective or in a point-to-point op the recorder did not keep. The
-straggler is the rank whose late arrivals are the unexplained ones, again and
-again; arriving last most often is not the same as being the cause.
+straggler is the rank with the most unexplained late arrivals; arriving last
+most often is not the same as being the cause.
+
+It must also be significant against the attempt's own jitter: on a busy
+machine every rank wobbles, and some rank always holds the most unexplained
+late arrivals. Two tests, both reported:
+
+* ``p_value``: the chance that jitter alone gives some rank that many (a
+  one-sided binomial test, each unexplained late arrival falling on a rank
+  with the share of calls that rank made, times the number of ranks since
+  the busiest one was picked) must be at most ``MAX_P_VALUE``;
+* ``effect_size``: its typical unexplained lateness, in robust standard
+  deviations above the other ranks' unexplained late arrivals (how late a
+  rank gets by chance on this machine; their lateness overall when they have
+  too few), must be at least ``MIN_EFFECT``.
+
+``step_ms`` (the median gap between consecutive calls of one collective from
+one site) puts the lateness against the attempt's step.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -20,7 +37,10 @@ import duckdb
 from frlake.diagnose.evidence import Evidence
 
 MIN_LATENESS_NS = 10_000_000  # 10 ms: below this, lateness is noise on any fleet
-NOISE_FACTOR = 10  # and 10x the typical lateness of the attempt
+NOISE_FACTOR = 3  # and 3x the typical lateness of the attempt
+MAX_P_VALUE = 0.05  # the chance that jitter alone gives some rank this many unexplained late arrivals
+MIN_EFFECT = 3.0  # its lateness in robust standard deviations of the other ranks' lateness
+MIN_JITTER_NS = 100_000  # 0.1 ms: timestamps are not finer than that in practice
 
 
 @dataclass
@@ -46,6 +66,9 @@ class Straggler:
     seq: int | None
     op: str | None
     stack_id: int | None
+    p_value: float = 1.0
+    effect_size: float = 0.0
+    step_ms: float | None = None
 
 
 TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
@@ -68,16 +91,19 @@ def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
             """
             SELECT rank, count(*), count(*) FILTER (WHERE last),
                    quantile_cont(late, 0.5) / 1e6, quantile_cont(late, 0.9) / 1e6, max(late) / 1e6
-            FROM _late GROUP BY rank
+            FROM _late GROUP BY rank ORDER BY rank
             """
         ).fetchall()
     }
     if not stats:
         return None, []
-    typical = statistics.median(s.late_p50_ms for s in stats.values()) * 1e6
+    # the typical lateness, leaving out the latest rank (with two ranks a straggler would set it itself)
+    p50s = sorted(s.late_p50_ms for s in stats.values())
+    typical = statistics.median(p50s[:-1] if len(p50s) > 1 else p50s) * 1e6
     threshold = max(MIN_LATENESS_NS, NOISE_FACTOR * typical)
     events = con.execute(
-        "SELECT t, late, rank, pg_name, pg_desc, seq, op, stack_id FROM _late WHERE late > $threshold ORDER BY t",
+        """SELECT t, late, rank, pg_name, pg_desc, seq, op, stack_id FROM _late WHERE late > $threshold
+           ORDER BY t, rank, pg_name, seq""",
         {"threshold": threshold},
     ).fetchall()
     times = [row[0] for row in events]
@@ -95,13 +121,68 @@ def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
     for rank, rows in roots.items():
         stats[rank].root_late_events = len(rows)
         stats[rank].root_late_ms = round(statistics.median(r[1] for r in rows) / 1e6, 3)
-    latest = sorted(stats.values(), key=lambda s: -s.late_p50_ms)[:TOP_RANKS]
+    latest = sorted(stats.values(), key=lambda s: (-s.late_p50_ms, s.rank))[:TOP_RANKS]
     notable = sorted({s.rank: s for s in latest + [stats[r] for r in roots]}.values(), key=lambda s: s.rank)
     if not roots:
         return None, notable
     rank, rows = max(roots.items(), key=lambda kv: (len(kv[1]), -kv[0]))
-    if len(rows) < min_events or len(rows) < 0.5 * total:
+    if len(rows) < min_events:
         return None, notable
+    calls = sum(s.collectives for s in stats.values())
+    # the rank with the most is picked among all: the chance is for any of them (Bonferroni)
+    p_value = min(1.0, len(stats) * binomial_tail(len(rows), total, stats[rank].collectives / calls))
+    others = [r[1] for other, late in roots.items() if other != rank for r in late]
+    center, spread = _robust(others) if len(others) >= min_events else _others_lateness(con, rank)
+    effect = (statistics.median(r[1] for r in rows) - center) / max(spread, MIN_JITTER_NS)
+    if p_value > MAX_P_VALUE or effect < MIN_EFFECT:
+        return None, notable  # one rank holds the most late arrivals, but jitter explains them as well
     first = rows[0]
-    straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6], first[7])
+    straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6],
+                          first[7], p_value=float(f"{p_value:.3g}"), effect_size=round(effect, 1),
+                          step_ms=_step_ms(con, first[3]))
     return straggler, notable
+
+
+def _robust(values: list[int]) -> tuple[float, float]:
+    """The median and the robust standard deviation (1.4826 x the median absolute deviation)."""
+    median = statistics.median(values)
+    return float(median), 1.4826 * float(statistics.median(abs(v - median) for v in values))
+
+
+def _others_lateness(con: duckdb.DuckDBPyConnection, rank: int) -> tuple[float, float]:
+    """The other ranks' median lateness and its robust spread (1.4826 x the median absolute deviation)."""
+    median, mad = con.execute(
+        """WITH o AS (SELECT late FROM _late WHERE rank <> $rank), m AS (SELECT median(late) AS med FROM o)
+           SELECT m.med, median(abs(o.late - m.med)) FROM o, m GROUP BY m.med""",
+        {"rank": rank},
+    ).fetchone() or (0.0, 0.0)
+    return float(median or 0.0), 1.4826 * float(mad or 0.0)
+
+
+def _step_ms(con: duckdb.DuckDBPyConnection, pg: str | None) -> float | None:
+    """The attempt's step, seen from the straggler's group: the median gap between consecutive calls of one
+    collective from one call site (a training loop calls each site once a step)."""
+    gap = con.execute(
+        """SELECT median(t0 - prev) / 1e6 FROM (
+             SELECT t0, lag(t0) OVER (PARTITION BY site ORDER BY seq) AS prev FROM (
+               SELECT seq, min(t) AS t0, min(op) || ':' || coalesce(min(stack_id)::VARCHAR, '') AS site
+               FROM _late WHERE pg_name = $pg GROUP BY seq))
+           WHERE prev IS NOT NULL""",
+        {"pg": pg},
+    ).fetchone()[0]
+    return None if gap is None else round(float(gap), 3)
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space (exact for any n the dumps hold)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
+             for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in terms))

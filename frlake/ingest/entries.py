@@ -25,6 +25,8 @@ KNOWN_ENTRY_KEYS = frozenset(schema.RAW_ENTRY_KEYS)
 # message would repr() a wrong value, and the repr of a memo bomb never ends.
 # (Lists and pairs are checked by the functions that flatten them.)
 _RAW_TYPES = {k: types for k, types in schema.RAW_ENTRY_KEYS.items() if not types & {list, tuple}}
+# The op names of point-to-point calls (torchcomms' "batch_op_issue" is one batch of sends and recvs).
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_op_issue"})
 # "nccl:send 0->1" and "nccl:recv 1<-0": the arrow points from sender to receiver.
 _P2P_NAME = re.compile(
     r"^(?:(?P<backend>[\w.]+):)?(?P<op>\w+)"
@@ -77,7 +79,11 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
             cols[name] = [None if v == 0 else v for v in cols[name]]
 
     backend, op, src, dst, derived_p2p = _names(cols["profiling_name"], limits)
-    is_p2p = cols["is_p2p"] if not kinds["is_p2p"] <= {NONE} else derived_p2p
+    is_p2p = derived_p2p
+    if not kinds["is_p2p"] <= {NONE}:
+        # The op name wins where the flag contradicts it: torchcomms records its sends and recvs ("ncclx:send",
+        # no peer in the name) with is_p2p false. A true flag is kept (NCCL's p2p batches, "nccl:coalesced").
+        is_p2p = [bool(flag) or bool(named) for flag, named in zip(cols["is_p2p"], derived_p2p)]
     thread_id = cols["thread_id"]
     if int in kinds["thread_id"]:
         ints_in_range([v for v in thread_id if type(v) is int], "thread_id")
@@ -343,7 +349,7 @@ def _split_name(name: object, limits: Limits) -> tuple:
         return (None, None, None, None, None)
     op = m["op"]
     src, dst = _rank(m["src"] or m["src2"]), _rank(m["dst"] or m["dst2"])
-    return (m["backend"], op, src, dst, op in ("send", "recv", "isend", "irecv"))
+    return (m["backend"], op, src, dst, op in P2P_OPS)
 
 
 def _rank(text: str | None) -> int | None:

@@ -1,0 +1,119 @@
+"""Diagnoses on the shapes other producers write: split_group, torchcomms, uneven collectives, busy
+machines, and mismatches nobody can settle (tests/fixtures/producers, real/split_group; their makers
+say where each shape comes from)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from frlake.config import Settings
+from frlake.diagnose.straggler import MAX_P_VALUE, MIN_EFFECT, binomial_tail
+from tests.helpers import FIXTURES, diagnose, ingest
+
+PRODUCERS = FIXTURES / "producers"
+EXPECTED = json.loads((PRODUCERS / "expected.json").read_text())
+SPLIT = FIXTURES / "real" / "split_group"
+
+
+@pytest.fixture(scope="module")
+def producers_lake(tmp_path_factory) -> Settings:
+    settings = Settings.resolve(tmp_path_factory.mktemp("producers") / "lake")
+    summary = ingest([PRODUCERS / case for case in sorted(EXPECTED)] + [SPLIT / "newgroup", SPLIT / "split5"],
+                     settings)
+    assert summary.rejected == 0, summary.rejected_files
+    return settings
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_each_producer_shape_gets_its_verdict_culprit_and_host(producers_lake, case):
+    want = EXPECTED[case]
+    d = diagnose(producers_lake, case, 0, store=False)
+    assert d.verdict == want["verdict"], d.summary
+    if want["culprit_rank"] is None:
+        assert d.culprits == []
+    else:
+        assert (d.root.rank, d.root.host, d.root.role) == (want["culprit_rank"], want["culprit_host"], "root")
+
+
+def test_pairs_that_share_a_name_are_told_apart_by_their_members(producers_lake):
+    d = diagnose(producers_lake, "split5_missing", 0, store=False)
+    assert (d.root.reason, d.root.pg, d.root.pg_ranks, d.root.op, d.root.seq) == ("missing", "5", [2, 3], "all_gather", 5)
+    assert sorted(g["ranks"] for g in d.groups if g["pg"] == "5") == [[0, 1], [2, 3], [4, 5]]
+    assert any("share the name" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("job", ["newgroup", "split5"])
+def test_real_torch_pairs_with_one_desc_or_one_name(producers_lake, job):
+    """Real torch 2.13 gloo dumps: the first TP pair gathers other shapes than the others. Healthy when all
+    complete; rank 3 (host-1) when it never reaches its pair's last all_gather."""
+    healthy = diagnose(producers_lake, job, 0, store=False)
+    assert (healthy.verdict, healthy.culprits) == ("healthy", [])
+    hung = diagnose(producers_lake, job, 1, store=False)
+    assert (hung.verdict, hung.root.rank, hung.root.host, hung.root.reason) == ("hang", 3, "host-1", "missing")
+
+
+def test_torchcomms_sequence_ids_are_numbered_per_group(producers_lake):
+    d = diagnose(producers_lake, "torchcomms_hang", 0, store=False)
+    assert (d.root.pg, d.root.pg_desc, d.root.op, d.root.seq) == ("world", "ncclx", "all_reduce", 6)
+    assert any("torchcomms" in n for n in d.notes)
+    world = next(g for g in d.groups if g["pg"] == "world")
+    assert world["last_enqueued"] == {"0": 6, "1": 5, "2": 6, "3": 6}
+
+
+def test_a_straggler_says_how_sure_it_is(producers_lake):
+    d = diagnose(producers_lake, "straggler_100ms", 0, store=False)
+    root = d.root
+    assert root.p_value <= MAX_P_VALUE and root.effect_size >= MIN_EFFECT
+    assert 20 < root.lateness_ms < 50 and 90 < root.step_ms < 110
+    assert f"p = {root.p_value:.2g}" in d.summary
+    assert diagnose(producers_lake, "wobble_8_ranks", 0, store=False).rank_lateness  # measured, not blamed
+
+
+def test_binomial_tail():
+    assert binomial_tail(0, 10, 0.3) == 1.0
+    assert binomial_tail(10, 10, 0.5) == pytest.approx(0.5 ** 10)
+    assert binomial_tail(3, 4, 0.5) == pytest.approx(5 / 16)
+    assert binomial_tail(900, 1000, 0.5) < 1e-100
+
+
+# -- mismatches nobody can settle ------------------------------------------------------------------
+
+
+def _two_ranks(tmp_path, block_sizes):
+    """Two ranks of one group; each enqueues one all_reduce, then a coalesced block of broadcasts."""
+    from tests.fixtures.make_producers import _nccl_entry
+
+    for rank, sizes in enumerate(block_sizes):
+        t = 1_760_000_000_000_000_000 + rank * 1000
+        entries = [_nccl_entry(0, ("0", "default_pg"), 1, "all_reduce", [[4, 4]], [[4, 4]], t=t)]
+        for i, s in enumerate(sizes):
+            entries.append(_nccl_entry(1 + i, ("0", "default_pg"), 2, "_broadcast_oop", [s], [s], t=t + 10 + i,
+                                       state="scheduled", line=50 + i))
+        entries.append(_nccl_entry(1 + len(sizes), ("0", "default_pg"), 2, "coalesced", [], [], t=t + 20, line=59))
+        folder = tmp_path / "nfs" / "pair" / "attempt-0" / f"h{rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        import pickle
+
+        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
+            {"version": "2.10", "pg_status": {}, "entries": entries,
+             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}}))
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected == 0
+    return diagnose(settings, "pair", 0, store=False)
+
+
+def test_two_members_that_disagree_are_both_suspects(tmp_path):
+    """torch's testBuildDB case 4: a 2-rank coalesced block whose broadcast sizes differ is a mismatch."""
+    d = _two_ranks(tmp_path, [[[4, 4], [5, 5]], [[4, 4], [4, 4]]])
+    assert d.verdict == "mismatch"
+    assert [(c.rank, c.host, c.role, c.reason) for c in d.culprits] == [
+        (0, "h0", "suspect", "size_mismatch"), (1, "h1", "suspect", "size_mismatch")]
+    assert "[5, 5]" in d.culprits[0].found and "[5, 5]" in d.culprits[1].expected
+    assert "cannot tell" in d.summary and "rank 0 on h0" in d.summary and "rank 1 on h1" in d.summary
+
+
+def test_two_members_that_agree_are_healthy(tmp_path):
+    d = _two_ranks(tmp_path, [[[4, 4], [5, 5]], [[4, 4], [5, 5]]])
+    assert (d.verdict, d.culprits) == ("healthy", [])
