@@ -339,17 +339,18 @@ def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:
     the pg_status counter of gloo, whose entries stay "scheduled"), and the members that hold it."""
     rows = con.execute(
         f"""
-        WITH p AS (
-          SELECT e.rank, e.pg_name, e.pg_desc, e.collective_seq_id AS seq, e.op
-          FROM entries e
+        WITH p AS (  -- the attempt's own entries (groups keyed by members, torchcomms' ids renumbered)
+          SELECT e.rank, e.pg_name, e.pg_desc, e.seq, e.op
+          FROM {rel.entries} e
+          JOIN entries en ON en.job = $job AND en.attempt = $attempt AND en.dump_id = e.dump_id
+            AND en.entry_index = e.entry_index
           LEFT JOIN (SELECT * FROM pg_status WHERE job = $job AND attempt = $attempt) s
-            ON s.dump_id = e.dump_id AND s.pg_id = CAST(e.pg_id AS VARCHAR)
-          WHERE e.job = $job AND e.attempt = $attempt AND e.dump_id IN (SELECT dump_id FROM {rel.dumps})
-            AND NOT coalesce(e.is_p2p, false) AND e.collective_seq_id IS NOT NULL
+            ON s.dump_id = e.dump_id AND s.pg_id = CAST(en.pg_id AS VARCHAR)
+          WHERE NOT coalesce(e.is_p2p, false) AND NOT e.marker AND e.seq IS NOT NULL
             AND coalesce(e.state, '') <> 'completed'
-            AND NOT coalesce(e.collective_seq_id <= s.last_completed_collective, false)
+            AND NOT coalesce(e.seq <= s.last_completed_collective, false)
         ), top AS (SELECT pg_name, max(seq) AS seq FROM p GROUP BY pg_name)
-        SELECT p.pg_name, any_value(p.pg_desc), p.seq, min(p.op), list(DISTINCT p.rank ORDER BY p.rank)
+        SELECT p.pg_name, min(p.pg_desc), p.seq, min(p.op), list(DISTINCT p.rank ORDER BY p.rank)
         FROM p JOIN top USING (pg_name, seq) GROUP BY p.pg_name, p.seq ORDER BY p.pg_name
         """,
         params,
