@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from frlake import schema
 from frlake.catalog.store import Catalog
@@ -142,6 +141,8 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         if files and sealed:
             # The same columns in the same order as read_parquet's view, which puts hive columns in name order.
             hive_fields = sorted(schema.PARTITION_FIELDS, key=lambda f: f.name) if partitioned else []
+            import pyarrow.dataset as ds  # only here: importing it reserves about 1 GB of address space
+
             hive = ds.partitioning(pa.schema(hive_fields), flavor="hive") if partitioned else None
             dataset = ds.dataset(files, schema=pa.schema(list(table_schema) + hive_fields), format="parquet",
                                  partitioning=hive,
