@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 WRITE = "frlake_write"  # execution option of a session that will write
 
 
