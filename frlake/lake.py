@@ -77,6 +77,11 @@ def partition_value(value: object) -> str:
     return text.replace("_", "%5F") if text == HIVE_NULL else text
 
 
+def raw_rel_path(sha256: str) -> str:
+    """Where the original bytes of a dump are kept, relative to the lake."""
+    return f"{RAW_DIR}/{sha256[:2]}/{sha256}.zst"
+
+
 def hidden_path(rel_path: str) -> str:
     """The name a Parquet file has in its table's folder until it is committed:
     a leading dot and no ``.parquet`` suffix, so that Spark, Hive, Trino and a
@@ -112,7 +117,7 @@ class Lake:
 
     # -- raw bytes ----------------------------------------------------------
     def raw_path(self, sha256: str) -> Path:
-        return self.root / RAW_DIR / sha256[:2] / f"{sha256}.zst"
+        return self.root / raw_rel_path(sha256)
 
     def store_raw(self, sha256: str, data: bytes) -> int:
         """Keep the original bytes, compressed, under their sha256. Idempotent."""
@@ -202,10 +207,21 @@ class Lake:
         return True
 
     def remove(self, rel_path: str) -> None:
+        """Delete a file of the lake, and the folders it leaves empty (a
+        partition that is gone leaves no folder for Spark or Hive to list)."""
+        path = self.root / rel_path
         try:
-            (self.root / rel_path).unlink()
+            path.unlink()
         except FileNotFoundError:
-            pass
+            return
+        stop = {self.root, self.tables, self.root / RAW_DIR, self.root / STAGING_DIR}
+        folder = path.parent
+        while folder not in stop and folder.parent != self.tables and self.root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            folder = folder.parent
 
     # -- runs and locks --------------------------------------------------------
     def _run_lock_path(self, run_id: int) -> Path:

@@ -16,6 +16,14 @@ from frlake.errors import CatalogError, StaleCatalog
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
 HEAD_REVISION = "0005"
 WRITE = "frlake_write"  # execution option of a session that will write
+# What reverting each migration throws away (``frlake db downgrade`` asks first).
+DOWNGRADE_LOSES: dict[str, str] = {
+    "0001": "the whole catalog: every job, attempt, dump and file record",
+    "0002": "every stored diagnosis (incidents and culprits)",
+    "0003": "the rank lateness of every diagnosis (the slow-ranks report)",
+    "0005": "the second identities of bytes found in several attempts, how each rejection was judged, "
+            "and the list of retired files (they stay on disk)",
+}
 
 
 def make_engine(url: str) -> Engine:
@@ -72,6 +80,23 @@ def current_revision(engine: Engine) -> str | None:
         return None
     with engine.connect() as conn:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def reverted_by_downgrade(engine: Engine, target: str) -> list[str]:
+    """The revisions a downgrade from the catalog's current one to ``target`` reverts, newest first."""
+    from alembic.script import ScriptDirectory
+
+    current = current_revision(engine)
+    if current is None:
+        return []
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    stop = None if target == "base" else target
+    out = []
+    for rev in script.iterate_revisions(current, stop or "base"):
+        if rev.revision == stop:
+            break
+        out.append(rev.revision)
+    return out
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

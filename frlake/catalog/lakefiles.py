@@ -175,7 +175,7 @@ class LakeFiles:
             if wanted is None:
                 return [tuple(r) for r in s.execute(q)]
             out = []
-            for chunk in chunks(sorted(wanted)):
+            for chunk in chunks(sorted(wanted, key=lambda p: (p[0] or "", p[1] or 0))):
                 cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
                 out += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
             return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))

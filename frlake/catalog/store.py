@@ -12,6 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
 from frlake.catalog.lakefiles import LakeFiles, LakeFileSpec, chunks
+from frlake.catalog.lifecycle import Lifecycle
 from frlake.catalog.models import (
     Attempt,
     CulpritRow,
@@ -117,7 +118,7 @@ class AttemptInfo:
 _chunks = chunks
 
 
-class Catalog(LakeFiles):
+class Catalog(LakeFiles, Lifecycle):
     """The catalog database: what was seen, ingested, rejected, and published."""
 
     def __init__(self, db_url: str, *, check: bool = True):

@@ -80,7 +80,8 @@ class Culprit:
     @classmethod
     def from_dict(cls, data: dict) -> Culprit:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # to_dict leaves out None values, the host of a rank that left no dump among them
+        return cls(**{"host": None, **{k: v for k, v in data.items() if k in known}})
 
 
 @dataclass
