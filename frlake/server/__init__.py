@@ -64,5 +64,9 @@ def create_app(config: ServerConfig) -> Flask:
     app.teardown_appcontext(context.teardown)
     app.add_template_filter(_ns_time, "ns_time")
     app.add_template_filter(_with_page, "with_page")
+    if config.watch is not None:
+        from frlake.server.watch import Watcher
+
+        app.extensions["frlake_watch"] = Watcher(session, config.watch).start()
 
     return app

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request
+from flask import Blueprint, current_app, render_template, request
 
 from frlake.diagnose.model import VERDICTS
 from frlake.query.reports import REPORTS
@@ -24,8 +24,10 @@ def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
     total, rows = catalog().list_attempts(**args)
+    watcher = current_app.extensions.get("frlake_watch")
     return render_template("jobs.html", rows=rows, total=total, page=page, per_page=per_page,
-                           pages=max(1, -(-total // per_page)), filters=request.args)
+                           pages=max(1, -(-total // per_page)), filters=request.args,
+                           watch=watcher.status() if watcher else None)
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
