@@ -154,3 +154,33 @@ def test_every_catalog_view_column_has_the_type_of_its_model_column(corpus_lake)
             if field.name in expected:
                 assert field.type == expected[field.name], (name, field)
     catalog.close()
+
+
+def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpus, tmp_path):
+    """Downgrading 0005 keeps the first identity of shared bytes (the older
+    schema holds one dump per sha256) and every other row; upgrading again
+    works on that data, and a later ingest records the second identity again."""
+    import shutil
+
+    tree = tmp_path / "nfs"
+    shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-0")
+    shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-1")
+    ingest([tree], any_db)
+    engine = db.make_engine(any_db.db_url)
+    before = _row_counts(engine)
+    assert before["dumps"] == 8 and before["retired_files"] > 0
+    assert db.reverted_by_downgrade(engine, "0004") == ["0005"]
+    db.downgrade(engine, "0004")
+    after = _row_counts(engine)
+    assert after["dumps"] == 4 and "retired_files" not in after
+    assert {k: v for k, v in after.items() if k != "dumps"} == {
+        k: v for k, v in before.items() if k not in ("dumps", "retired_files")}
+    db.upgrade(engine)
+    assert db.current_revision(engine) == "0005"
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []
+    engine.dispose()
+    catalog = Catalog(any_db.db_url)
+    assert len(catalog.known_dumps([f.sha256 for f in catalog.files()])) == 4
+    catalog.close()
