@@ -21,8 +21,8 @@ DOWNGRADE_LOSES: dict[str, str] = {
     "0001": "the whole catalog: every job, attempt, dump and file record",
     "0002": "every stored diagnosis (incidents and culprits)",
     "0003": "the rank lateness of every diagnosis (the slow-ranks report)",
-    "0005": "the second identities of bytes found in several attempts, how each rejection was judged, "
-            "and the list of retired files (they stay on disk)",
+    "0005": "the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
+            "how each rejection was judged, and the list of retired files (they stay on disk)",
 }
 
 

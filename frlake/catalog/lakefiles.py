@@ -14,6 +14,7 @@ from frlake.catalog.models import Dump, LakeFile, RetiredFile
 from frlake.lake import hidden_path
 
 _CHUNK = 500
+_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace
 VISIBLE = ("publishing", "committed")  # the statuses frlake's views read
 
 
@@ -38,8 +39,8 @@ class LakeFileSpec:
 
 @dataclass(frozen=True)
 class CommittedFile:
-    """A Parquet file frlake's views read: ``readable`` is where it is now
-    (its hidden name until it is linked at ``path``)."""
+    """A Parquet file frlake's views read, at ``readable``: its hidden name,
+    which stays while the file is committed (outside readers see ``path``)."""
 
     id: int
     table: str
@@ -49,10 +50,11 @@ class CommittedFile:
     rows: int
     bytes: int
     status: str
+    hidden: bool = True
 
     @property
     def readable(self) -> str:
-        return self.path if self.status == "committed" else hidden_path(self.path)
+        return hidden_path(self.path) if self.hidden else self.path
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class LakeFiles:
         with self.session(write=True) as s:
             rows = [
                 LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
-                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now)
+                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now, hidden=True)
                 for f in specs
             ]
             s.add_all(rows)
@@ -107,33 +109,34 @@ class LakeFiles:
             s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="publishing"))
 
     def mark_revealed(self, revealed: Sequence[tuple[int, str, bool]]) -> None:
-        """Files now linked at their final names: ``committed``, and their
-        hidden names (where ``bool``: a link is left) retired."""
-        now = _now()
+        """Files now linked at their final names: ``committed`` (``bool``:
+        the hidden name is still there, where frlake's views keep reading)."""
         with self.session(write=True) as s:
-            for chunk in chunks(list(revealed)):
-                s.execute(update(LakeFile).where(LakeFile.id.in_([i for i, _, _ in chunk])).values(status="committed"))
-                hidden = [{"path": hidden_path(p), "kind": "parquet", "sha256": None, "retired_at": now}
-                          for _, p, left in chunk if left]
-                if hidden:
-                    s.execute(insert(RetiredFile), hidden)
+            for left in (True, False):
+                ids = [i for i, _, kept in revealed if kept is left]
+                for chunk in chunks(ids):
+                    s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed", hidden=left))
 
     @staticmethod
     def retire_lake_files(s, files: Sequence[CommittedFile], now: datetime) -> None:
-        """In a transaction: these files leave every view; their paths are
-        deleted by a later run after the grace period."""
+        """In a transaction: these files leave every view. Their final names
+        go at once (the writer's next sweep: outside readers stop seeing them
+        with the switch), their hidden names after the grace period (frlake
+        readers that opened views before may still read them)."""
         if not files:
             return
         for chunk in chunks([f.id for f in files]):
             s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
-        s.execute(insert(RetiredFile), [{"path": f.readable, "kind": "parquet", "sha256": None, "retired_at": now}
-                                        for f in files])
+        rows = [{"path": f.readable, "kind": "parquet", "sha256": None, "retired_at": now} for f in files]
+        rows += [{"path": f.path, "kind": "parquet", "sha256": None, "retired_at": _AT_ONCE}
+                 for f in files if f.hidden and f.status == "committed"]
+        s.execute(insert(RetiredFile), rows)
 
     # -- reading --------------------------------------------------------------
     def committed_files(self, table: str | None = None,
                         partition: tuple[str, int] | None = None) -> list[CommittedFile]:
         q = select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.job, LakeFile.attempt, LakeFile.rows,
-                   LakeFile.bytes, LakeFile.status).where(LakeFile.status.in_(VISIBLE))
+                   LakeFile.bytes, LakeFile.status, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
         if table is not None:
             q = q.where(LakeFile.table_name == table)
         if partition is not None:
@@ -150,14 +153,14 @@ class LakeFiles:
         """Where to read the committed Parquet files of every table, in one
         query: of one (job, attempt) ``partition`` for the partitioned tables
         when given, and every file of the unpartitioned ``stacks``."""
-        q = select(LakeFile.table_name, LakeFile.path, LakeFile.status).where(LakeFile.status.in_(VISIBLE))
+        q = select(LakeFile.table_name, LakeFile.path, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
         if partition is not None:
             q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
                         | LakeFile.job.is_(None))
         out: dict[str, list[str]] = {}
         with self.session() as s:
-            for table, path, status in s.execute(q.order_by(LakeFile.id)):
-                out.setdefault(table, []).append(path if status == "committed" else hidden_path(path))
+            for table, path, hidden in s.execute(q.order_by(LakeFile.id)):
+                out.setdefault(table, []).append(hidden_path(path) if hidden else path)
         return out
 
     def partition_file_counts(self, partitions: Iterable[tuple[str, int]] | None = None,

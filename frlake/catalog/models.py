@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -122,9 +123,10 @@ class LakeFile(Base):
     """A Parquet file of the lake (docs/lake.md, "Atomic publication").
 
     ``pending``: being published (at its hidden name, or not yet there), undone
-    by recovery after a crash. ``publishing``: committed, visible to frlake's
-    views at its hidden name (:func:`frlake.lake.hidden_path`) until it is
-    linked at ``path``. ``committed``: at ``path``, where outside readers see it."""
+    by recovery after a crash. ``publishing``: committed, not yet linked at
+    ``path``. ``committed``: also at ``path``, where outside readers see it.
+    frlake's views read the hidden name (:func:`frlake.lake.hidden_path`)
+    while ``hidden``, else ``path``."""
 
     __tablename__ = "lake_files"
     __table_args__ = (Index("ix_lake_files_table_status", "table_name", "status"),)
@@ -138,6 +140,7 @@ class LakeFile(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
     status: Mapped[str] = mapped_column(String(16))  # pending | publishing | committed
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    hidden: Mapped[bool] = mapped_column(Boolean, server_default=false())  # it has its hidden name too
 
 
 class RetiredFile(Base):

@@ -83,12 +83,14 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
                 with lake.run_staging(summary.run_id) as run_lake:
                     for batch, (table, _, _, groups) in enumerate(plans, start=1):
                         _merge(run_lake, catalog, summary, batch, table, groups)
+                        # the replaced files' final names go now: an outside reader sees one or the other
+                        summary.deleted += sweep(lake, catalog, options.retire_grace_s)
             except BaseException:
                 catalog.finish_run(summary.run_id, "failed", {})
                 raise
             catalog.finish_run(summary.run_id, "finished", {})
         if not options.dry_run:
-            summary.deleted = sweep(lake, catalog, options.retire_grace_s)
+            summary.deleted += sweep(lake, catalog, options.retire_grace_s)
     summary.seconds = round(time.perf_counter() - started, 3)
     if summary.partitions:
         log.info("compacted %d partitions: %d files into %d", summary.partitions, summary.files_before,

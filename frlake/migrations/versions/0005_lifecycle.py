@@ -11,6 +11,10 @@ dump per (bytes, attempt), retired files, and what kind of run wrote.
 - ``retired_files``: Parquet files no view reads any more and raw bytes no
   dump refers to, deleted by a later run once no reader can still use them.
 - ``ingest_runs.kind``: ingest, forget or compact.
+- ``lake_files.hidden``: the file also has its hidden name (frlake's views
+  read that one, so a forget or compaction can take the final name away from
+  outside readers at once and still leave the file to readers that opened
+  views before). False for the files of older lakes.
 
 Downgrading drops the second identities of shared bytes and forgets the list
 of retired files (they stay on disk), so ``frlake db downgrade`` asks first.
@@ -37,6 +41,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("frlake_version", sa.String(32), nullable=True))
     with op.batch_alter_table("ingest_runs") as batch:
         batch.add_column(sa.Column("kind", sa.String(16), nullable=False, server_default="ingest"))
+    with op.batch_alter_table("lake_files") as batch:
+        batch.add_column(sa.Column("hidden", sa.Boolean(), nullable=False, server_default=sa.false()))
     with op.batch_alter_table("dumps") as batch:
         batch.drop_constraint("uq_dumps_sha256", type_="unique")
         batch.create_unique_constraint("uq_dumps_sha256_attempt_id", ["sha256", "attempt_id"])
@@ -60,6 +66,8 @@ def downgrade() -> None:
     with op.batch_alter_table("dumps") as batch:
         batch.drop_constraint("uq_dumps_sha256_attempt_id", type_="unique")
         batch.create_unique_constraint("uq_dumps_sha256", ["sha256"])
+    with op.batch_alter_table("lake_files") as batch:
+        batch.drop_column("hidden")
     with op.batch_alter_table("ingest_runs") as batch:
         batch.drop_column("kind")
     with op.batch_alter_table("files") as batch:
