@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
@@ -456,18 +456,20 @@ class Catalog(LakeFiles, Lifecycle):
 
     def rank_conflicts(self, attempts: Iterable[tuple[str, int]]) -> list[tuple[str, int, int, int]]:
         """(job, attempt, rank, dumps) for every rank of these attempts that
-        more than one distinct dump claims (snapshots, or a conflict to look at)."""
-        wanted = set(attempts)
-        if not wanted:
-            return []
-        q = (
-            select(Job.name, Attempt.number, Dump.rank, func.count(Dump.id))
-            .join(Attempt, Attempt.job_id == Job.id).join(Dump, Dump.attempt_id == Attempt.id)
-            .group_by(Job.name, Attempt.number, Dump.rank).having(func.count(Dump.id) > 1)
-            .order_by(Job.name, Attempt.number, Dump.rank)
-        )
+        more than one distinct dump claims (snapshots, or a conflict to look at).
+        Reads only these attempts' dumps, so its cost does not grow with the lake."""
+        wanted = sorted(set(attempts))
+        out: list[tuple[str, int, int, int]] = []
         with self.session() as s:
-            return [tuple(r) for r in s.execute(q) if (r[0], r[1]) in wanted]
+            for chunk in _chunks(wanted, 100):
+                q = (
+                    select(Job.name, Attempt.number, Dump.rank, func.count(Dump.id))
+                    .join(Attempt, Attempt.job_id == Job.id).join(Dump, Dump.attempt_id == Attempt.id)
+                    .where(or_(*[(Job.name == j) & (Attempt.number == a) for j, a in chunk]))
+                    .group_by(Job.name, Attempt.number, Dump.rank).having(func.count(Dump.id) > 1)
+                )
+                out += [tuple(r) for r in s.execute(q)]
+        return sorted(out)
 
     def has_attempt(self, job: str, attempt: int) -> bool:
         with self.session() as s:
