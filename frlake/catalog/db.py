@@ -99,6 +99,14 @@ def reverted_by_downgrade(engine: Engine, target: str) -> list[str]:
     return out
 
 
+def holds_data(engine: Engine) -> bool:
+    """Whether the catalog records anything (a run of any kind): a downgrade of an empty one loses nothing."""
+    if "ingest_runs" not in inspect(engine).get_table_names():
+        return False
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT 1 FROM ingest_runs LIMIT 1")).first() is not None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     _run(engine, "upgrade", revision)
 
