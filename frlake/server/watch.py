@@ -119,4 +119,8 @@ class Watcher:
 
 
 def watch_config(paths: Sequence[str], every_s: float, options=None) -> WatchConfig | None:
+    if paths and every_s < 0.1:
+        from frlake.errors import FrlakeError
+
+        raise FrlakeError(f"--every {every_s:g}s: scan at most ten times a second")
     return WatchConfig(tuple(str(p) for p in paths), every_s, options) if paths else None
