@@ -32,6 +32,13 @@ REJECT_REASONS: dict[str, str] = {
     "internal_error": "frlake failed on it unexpectedly; the detail names the exception",
 }
 
+# When a later ingest reads a rejected file again without --retry-rejected
+# (frlake.ingest.pipeline): "options" when it runs with other identity options
+# (--job, --attempt, --host, --rank, --layout, --hosts) or a newer frlake;
+# "always" for a failure of the environment, not of the file; every other
+# reason only with a newer frlake (a parser that improved may read it).
+RETRY_WHEN: dict[str, str] = {"unknown_identity": "options", "unreadable": "always"}
+
 MAX_MESSAGE = 500  # characters of a rejection message the catalog keeps
 
 

@@ -5,15 +5,17 @@ Layout (docs/lake.md)::
     LAKE/
       catalog.db                    the SQLite catalog (embedded default)
       raw/ab/abcd...ef.zst          original dump bytes, zstd, by sha256
-      tables/<table>/job=<j>/attempt=<n>/part-<run>-<batch>.parquet
-      tables/stacks/part-<run>-<batch>.parquet
+      tables/<table>/job=<j>/attempt=<n>/part-<run>-<batch>-<uid>.parquet
+      tables/stacks/part-<run>-<batch>-<uid>.parquet
       .staging/                     files being written (never under tables/)
-      .lock                         held by the one ingest that writes
+      .lock                         held by the one writer that publishes
 
-Parquet files are written under ``.staging`` and renamed into ``tables``
-only after the catalog has recorded the intent (status ``pending``); they
-become visible to queries when the catalog commits them. A crash leaves
-either nothing visible or everything, and :func:`recover` removes the rest.
+Parquet files are written under ``.staging``, renamed into ``tables`` under a
+hidden name (``.part-....parquet.pending``, which Spark, Hive, Trino and a
+``*.parquet`` glob all skip) once the catalog has recorded the intent, and
+linked at their final name only after the catalog committed them
+(frlake.publish): an outside reader of ``tables/`` never sees a file that is
+not committed.
 """
 
 from __future__ import annotations
@@ -47,8 +49,22 @@ DICTIONARY_COLUMNS = ["host", "pg_name", "pg_desc", "profiling_name", "backend",
 STATISTICS_COLUMNS = ["dump_id", "rank", "host", "pg_name", "collective_seq_id", "p2p_seq_id", "record_id", "op",
                       "time_created_ns", "stack_id", "sha256", "pg_id"]
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3)
+ROW_GROUP_ROWS = 256 * 1024
 
 
+def _writer_options(table_schema: pa.Schema) -> dict:
+    names = set(table_schema.names)
+    return dict(use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
+                write_statistics=[c for c in STATISTICS_COLUMNS if c in names], **PARQUET_OPTIONS)
+
+
+def _synced_size(path: Path) -> int:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+        return os.fstat(f.fileno()).st_size
+
+
+HIDDEN_SUFFIX = ".pending"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # the folder name that Hive, Spark and DuckDB read as NULL
 
 
@@ -60,6 +76,18 @@ def partition_value(value: object) -> str:
     text = quote(str(value), safe="-_.~@+")
     return text.replace("_", "%5F") if text == HIVE_NULL else text
 
+
+def raw_rel_path(sha256: str) -> str:
+    """Where the original bytes of a dump are kept, relative to the lake."""
+    return f"{RAW_DIR}/{sha256[:2]}/{sha256}.zst"
+
+
+def hidden_path(rel_path: str) -> str:
+    """The name a Parquet file has in its table's folder until it is committed:
+    a leading dot and no ``.parquet`` suffix, so that Spark, Hive, Trino and a
+    ``*.parquet`` glob skip it."""
+    folder, _, name = rel_path.rpartition("/")
+    return f"{folder}/.{name}{HIDDEN_SUFFIX}" if folder else f".{name}{HIDDEN_SUFFIX}"
 
 
 class Lake:
@@ -89,7 +117,7 @@ class Lake:
 
     # -- raw bytes ----------------------------------------------------------
     def raw_path(self, sha256: str) -> Path:
-        return self.root / RAW_DIR / sha256[:2] / f"{sha256}.zst"
+        return self.root / raw_rel_path(sha256)
 
     def store_raw(self, sha256: str, data: bytes) -> int:
         """Keep the original bytes, compressed, under their sha256. Idempotent."""
@@ -127,24 +155,73 @@ class Lake:
         """Write a Parquet file under .staging; returns (staged path, bytes)."""
         staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
         staged.parent.mkdir(parents=True, exist_ok=True)
-        dictionary = [c for c in DICTIONARY_COLUMNS if c in table.column_names]
-        statistics = [c for c in STATISTICS_COLUMNS if c in table.column_names]
-        pq.write_table(table, staged, row_group_size=256 * 1024, use_dictionary=dictionary,
-                       write_statistics=statistics, **PARQUET_OPTIONS)
-        with open(staged, "rb+") as f:
-            os.fsync(f.fileno())
-        return staged, staged.stat().st_size
+        pq.write_table(table, staged, row_group_size=ROW_GROUP_ROWS, **_writer_options(table.schema))
+        return staged, _synced_size(staged)
+
+    def stage_batches(self, table_schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> tuple[Path, int, int]:
+        """Write record batches to one staged Parquet file as they come (a
+        compaction never holds a partition in memory); returns (staged path,
+        rows, bytes)."""
+        staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        rows = 0
+        with pq.ParquetWriter(staged, table_schema, **_writer_options(table_schema)) as writer:
+            pending: list[pa.RecordBatch] = []
+            held = 0
+            for batch in batches:
+                pending.append(batch)
+                held += batch.num_rows
+                if held >= ROW_GROUP_ROWS:
+                    writer.write_table(pa.Table.from_batches(pending, table_schema), row_group_size=ROW_GROUP_ROWS)
+                    rows, pending, held = rows + held, [], 0
+            if pending:
+                writer.write_table(pa.Table.from_batches(pending, table_schema), row_group_size=ROW_GROUP_ROWS)
+                rows += held
+        return staged, rows, _synced_size(staged)
 
     def publish(self, staged: Path, rel_path: str) -> None:
-        final = self.root / rel_path
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, final)
+        """Move a staged file into its table's folder under its hidden name."""
+        hidden = self.root / hidden_path(rel_path)
+        hidden.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, hidden)
+
+    def reveal(self, rel_path: str) -> bool:
+        """Give a committed file its final name: a hard link next to its
+        hidden name, so a reader that opened views before still finds the
+        hidden one (it is retired, and deleted after the grace period).
+        Returns whether the hidden name is left to retire. On a file system
+        without hard links the file is renamed."""
+        hidden, final = self.root / hidden_path(rel_path), self.root / rel_path
+        try:
+            os.link(hidden, final)
+        except FileExistsError:
+            return hidden.exists()
+        except FileNotFoundError:
+            if final.exists():
+                return False
+            raise FrlakeError(f"the lake lost a committed file: {rel_path} is at neither its hidden nor its "
+                              f"final name") from None
+        except OSError:  # no hard links here (some network or FUSE file systems)
+            os.replace(hidden, final)
+            return False
+        return True
 
     def remove(self, rel_path: str) -> None:
+        """Delete a file of the lake, and the folders it leaves empty (a
+        partition that is gone leaves no folder for Spark or Hive to list)."""
+        path = self.root / rel_path
         try:
-            (self.root / rel_path).unlink()
+            path.unlink()
         except FileNotFoundError:
-            pass
+            return
+        stop = {self.root, self.tables, self.root / RAW_DIR, self.root / STAGING_DIR}
+        folder = path.parent
+        while folder not in stop and folder.parent != self.tables and self.root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            folder = folder.parent
 
     # -- runs and locks --------------------------------------------------------
     def _run_lock_path(self, run_id: int) -> Path:

@@ -132,9 +132,41 @@ class Frlake:
                          sources=sources)
         log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,
                  summary.ingested, summary.already_present, summary.unchanged, summary.rejected)
+        if options.compact_min_files and summary.touched:
+            from frlake.lifecycle import CompactOptions
+
+            # Only the attempts this run touched, and the stacks: the cost does not grow with the lake.
+            done = self.compact([*summary.touched, (None, None)], CompactOptions(
+                min_files=options.compact_min_files, lock_timeout_s=options.lock_timeout_s,
+                retire_grace_s=options.retire_grace_s))
+            summary.compacted = done.files_before
         if options.diagnose:
             summary.diagnosed = [_brief(d) for d in self.diagnose_pending()]
         return summary
+
+    # -- lifecycle ---------------------------------------------------------------
+    def forget(self, selector=None, options=None, **where):
+        """Forget dumps (a :class:`~frlake.catalog.lifecycle.ForgetSelector`,
+        or ``job=``, ``attempt=``, ``path=``, ``before=``): their rows in every
+        table, their diagnoses and records, and the raw bytes no other dump
+        refers to; then rediagnose the attempts that keep some dumps. A
+        :class:`~frlake.lifecycle.ForgetSummary`."""
+        from frlake.catalog.lifecycle import ForgetSelector
+        from frlake.lifecycle import ForgetOptions, forget
+
+        options = options or ForgetOptions()
+        summary = forget(self.catalog, self.lake, selector or ForgetSelector(**where), options)
+        if not options.dry_run:
+            self.diagnose_pending()
+        return summary
+
+    def compact(self, partitions=None, options=None):
+        """Merge small Parquet files (of every partition, or of the given
+        (job, attempt) ``partitions``; (None, None) is ``stacks``). A
+        :class:`~frlake.lifecycle.CompactSummary`."""
+        from frlake.lifecycle import CompactOptions, compact
+
+        return compact(self.catalog, self.lake, partitions, options or CompactOptions())
 
     def ingest_upload(self, files: Iterable[tuple[str, object]], options=None, limits=None, budget=None):
         """Save uploaded files (name, bytes or binary stream) in a private

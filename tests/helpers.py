@@ -69,3 +69,73 @@ def open_sandbox(lake, db_url=None, limits=None):
 
     with Frlake.open(lake, db_url) as session:
         return session.sandbox(limits)
+
+
+# What a lake holds, to compare two lakes (tests of crashes, forget, compaction).
+VOLATILE = {"run_id", "ingested_at"}
+
+
+def snapshot(settings) -> dict[str, list]:
+    """Every row of every lake table (without the columns a run stamps), and
+    the catalog's file records, sorted."""
+    import frlake
+    from frlake.catalog.store import Catalog
+    from frlake.schema import TABLES
+
+    con = frlake.connect(settings.lake, settings.db_url)
+    out = {}
+    for name, table_schema in TABLES.items():
+        cols = [f.name for f in table_schema if f.name not in VOLATILE]
+        if name != "stacks":
+            cols += ["job", "attempt"]
+        rows = con.execute(f"SELECT {', '.join(cols)} FROM {name}").fetchall()
+        out[name] = sorted(map(repr, rows))
+    con.close()
+    catalog = Catalog(settings.db_url)
+    out["catalog_files"] = sorted((f.path, f.status, f.sha256) for f in catalog.files())
+    catalog.close()
+    return out
+
+
+def visible_parquet(settings) -> set[str]:
+    """The Parquet files an outside reader globbing tables/**/*.parquet sees (relative to the lake)."""
+    return {p.relative_to(settings.lake).as_posix() for p in (settings.lake / "tables").rglob("*.parquet")
+            if not p.name.startswith((".", "_"))}
+
+
+def assert_outside_readers_see_only_committed(settings) -> None:
+    """At any moment: every Parquet file at its final name is committed in the catalog, or retired."""
+    from sqlalchemy import create_engine, inspect, text
+
+    if settings.db_url.startswith("sqlite") and not Path(settings.db_url.split("///", 1)[-1]).exists():
+        assert visible_parquet(settings) == set() if (settings.lake / "tables").exists() else True
+        return
+    engine = create_engine(settings.db_url.replace("postgresql://", "postgresql+psycopg://"))
+    if "retired_files" not in inspect(engine).get_table_names():
+        engine.dispose()
+        assert not (settings.lake / "tables").exists() or visible_parquet(settings) == set()
+        return
+    with engine.connect() as conn:
+        known = {r[0] for r in conn.execute(text("SELECT path FROM lake_files WHERE status IN "
+                                                 "('publishing', 'committed')"))}
+        known |= {r[0] for r in conn.execute(text("SELECT path FROM retired_files"))}
+    engine.dispose()
+    assert visible_parquet(settings) <= known, "a Parquet file that is not committed is visible under tables/"
+
+
+def assert_lake_is_clean(settings) -> None:
+    """Nothing pending, nothing retired left, and exactly the committed files on disk."""
+    from frlake.catalog.store import Catalog
+    from frlake.lake import hidden_path
+
+    catalog = Catalog(settings.db_url)
+    try:
+        files = catalog.committed_files()
+        committed = {f.path for f in files} | {hidden_path(f.path) for f in files if f.hidden}
+        assert catalog.pending_lake_files() == []
+        assert catalog.publishing_lake_files() == []
+        assert catalog.retired_count() == 0
+    finally:
+        catalog.close()
+    on_disk = {p.relative_to(settings.lake).as_posix() for p in (settings.lake / "tables").rglob("*") if p.is_file()}
+    assert on_disk == committed, "every file under tables/ is committed (at its final and hidden names), and only those"

@@ -13,43 +13,20 @@ from pathlib import Path
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from frlake.schema import TABLES
-from tests.helpers import ingest
+from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot, visible_parquet
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
 
-VOLATILE = {"run_id", "ingested_at"}
-
-
-def snapshot(settings: Settings) -> dict[str, list]:
-    con = frlake.connect(settings.lake, settings.db_url)
-    out = {}
-    for name, schema in TABLES.items():
-        cols = [f.name for f in schema if f.name not in VOLATILE]
-        if name != "stacks":
-            cols += ["job", "attempt"]
-        rows = con.execute(f"SELECT {', '.join(cols)} FROM {name}").fetchall()
-        out[name] = sorted(map(repr, rows))
-    out["catalog_files"] = sorted(
-        (f.path, f.status, f.sha256) for f in Catalog(settings.db_url).files()
-    )
-    return out
-
-
 def lake_is_consistent(settings: Settings) -> None:
     catalog = Catalog(settings.db_url)
-    committed = set()
-    for table in TABLES:
-        committed.update(catalog.lake_files(table))
-    on_disk = {p.relative_to(settings.lake).as_posix() for p in (settings.lake / "tables").rglob("*") if p.is_file()}
-    assert catalog.pending_lake_files() == []
-    assert on_disk == committed, "every Parquet file under tables/ is committed, and only those"
+    committed = {f.path for f in catalog.committed_files()}
+    assert catalog.pending_lake_files() == [] and catalog.publishing_lake_files() == []
     catalog.close()
+    assert visible_parquet(settings) == committed, "every Parquet file an outside reader sees is committed, and only those"
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +52,7 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
+        assert_outside_readers_see_only_committed(settings)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lake_is_consistent(settings)

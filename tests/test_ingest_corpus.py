@@ -13,7 +13,7 @@ import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
-from tests.helpers import ingest, load_trusted
+from tests.helpers import diagnose, ingest, load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
 
@@ -113,10 +113,22 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     shutil.copytree(corpus / "job-223715", tree / "job-223715")
     settings = Settings.resolve(tmp_path / "lake")
     ingest([tree], settings)
-    # the same bytes under another attempt: already present
+    # the same bytes under another attempt: that attempt holds them too (the raw bytes stay stored once)
     shutil.copytree(tree / "job-223715/attempt-0", tree / "job-223715/attempt-9")
+    second = ingest([tree], settings)
+    assert (second.ingested, second.already_present) == (4, 0)
+    assert len(list((settings.lake / "raw").rglob("*.zst"))) == 4
+    diag = diagnose(settings, "job-223715", 9)
+    assert sorted(diag.ranks_dumped) == [0, 1, 2, 3] and diag.ranks_missing_dump == []
+    # a copy within the same attempt is a duplicate, and the record names who holds the bytes
+    shutil.copytree(tree / "job-223715/attempt-9", tree / "copies/job-223715/attempt-9")
     dup = ingest([tree], settings)
     assert (dup.ingested, dup.already_present) == (0, 4)
+    catalog = Catalog(settings.db_url)
+    copies = [f for f in catalog.files() if "/copies/" in f.path]
+    assert {f.status for f in copies} == {"duplicate"} and {f.attempt for f in copies} == {9}
+    assert all("already in the lake as job 'job-223715' attempt 9" in f.detail for f in copies)
+    catalog.close()
     # new bytes at a known path: a new version
     target = tree / "job-223715/attempt-0/gpu-c04/rank_2"
     other = load_trusted(corpus / "job-5f5228/attempt-0/gpu-b01/rank_2")

@@ -89,16 +89,17 @@ def test_self_describing_dump_names_itself(tmp_path):
 
 def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus):
     tree = tmp_path / "nfs"
-    for n in range(4):  # four copies of one attempt, racing in two workers
-        shutil.copytree(corpus / "job-f70c5d/attempt-0", tree / "job-f70c5d" / f"attempt-{n}")
+    for copy in ("a", "b"):  # two copies of two attempts holding the same bytes, racing in two workers
+        for n in range(2):
+            shutil.copytree(corpus / "job-f70c5d/attempt-0", tree / copy / "job-f70c5d" / f"attempt-{n}")
     settings = Settings.resolve(tmp_path / "lake")
     summary = ingest([tree], settings, IngestOptions(workers=2, chunk_files=2))
-    assert summary.ingested + summary.already_present == 32
-    assert summary.ingested == 8
+    assert (summary.ingested, summary.already_present) == (16, 16), "a dump per attempt; copies within one are duplicates"
     con = frlake.connect(settings.lake)
-    assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM dumps").fetchone() == (8, 8)
+    assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM dumps").fetchone() == (16, 8)
+    assert len(list((settings.lake / "raw").rglob("*.zst"))) == 8, "the raw bytes are stored once"
     per_dump = con.execute("SELECT count(DISTINCT dump_id) FROM entries").fetchone()[0]
-    assert per_dump == 8
+    assert per_dump == 16
     assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == summary.entries
 
 

@@ -14,8 +14,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 WRITE = "frlake_write"  # execution option of a session that will write
+# What reverting each migration throws away (``frlake db downgrade`` asks first).
+DOWNGRADE_LOSES: dict[str, str] = {
+    "0001": "the whole catalog: every job, attempt, dump and file record",
+    "0002": "every stored diagnosis (incidents and culprits)",
+    "0003": "the rank lateness of every diagnosis (the slow-ranks report)",
+    "0005": "the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
+            "how each rejection was judged, and the list of retired files (they stay on disk)",
+}
 
 
 def make_engine(url: str) -> Engine:
@@ -72,6 +80,31 @@ def current_revision(engine: Engine) -> str | None:
         return None
     with engine.connect() as conn:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def reverted_by_downgrade(engine: Engine, target: str) -> list[str]:
+    """The revisions a downgrade from the catalog's current one to ``target`` reverts, newest first."""
+    from alembic.script import ScriptDirectory
+
+    current = current_revision(engine)
+    if current is None:
+        return []
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    stop = None if target == "base" else target
+    out = []
+    for rev in script.iterate_revisions(current, stop or "base"):
+        if rev.revision == stop:
+            break
+        out.append(rev.revision)
+    return out
+
+
+def holds_data(engine: Engine) -> bool:
+    """Whether the catalog records anything (a run of any kind): a downgrade of an empty one loses nothing."""
+    if "ingest_runs" not in inspect(engine).get_table_names():
+        return False
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT 1 FROM ingest_runs LIMIT 1")).first() is not None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -46,6 +47,7 @@ class IngestRun(Base):
     n_duplicate: Mapped[int] = mapped_column(Integer, default=0)
     n_rejected: Mapped[int] = mapped_column(Integer, default=0)
     n_unchanged: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(16), server_default="ingest")  # ingest | forget | compact
 
 
 class Job(Base):
@@ -72,11 +74,14 @@ class Attempt(Base):
 
 
 class Dump(Base):
-    """One ingested dump: distinct bytes (sha256), stored once in the lake."""
+    """One ingested dump: distinct bytes (sha256) in one attempt. The same
+    bytes found in another attempt's folder are a second row (the raw bytes
+    are stored once in the lake)."""
 
     __tablename__ = "dumps"
+    __table_args__ = (UniqueConstraint("sha256", "attempt_id", name="uq_dumps_sha256_attempt_id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    sha256: Mapped[str] = mapped_column(String(64))
     dump_id: Mapped[int] = mapped_column(BigInteger, index=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
@@ -99,7 +104,7 @@ class SourceFile(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     mtime_ns: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str | None] = mapped_column(String(64), index=True)
-    status: Mapped[str] = mapped_column(String(16))  # ingested | duplicate | rejected
+    status: Mapped[str] = mapped_column(String(16))  # ingested | duplicate | rejected | forgotten
     reason: Mapped[str | None] = mapped_column(String(64))
     detail: Mapped[str | None] = mapped_column(Text)
     job: Mapped[str | None] = mapped_column(String(512))
@@ -109,11 +114,19 @@ class SourceFile(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     is_current: Mapped[bool] = mapped_column(Boolean)
+    # How the file was judged: a hash of the identity options, and the frlake version (pipeline._retry).
+    options_key: Mapped[str | None] = mapped_column(String(16))
+    frlake_version: Mapped[str | None] = mapped_column(String(32))
 
 
 class LakeFile(Base):
-    """A Parquet file of the lake. Only committed files are visible to queries;
-    pending ones are a publication in progress, undone by recovery after a crash."""
+    """A Parquet file of the lake (docs/lake.md, "Atomic publication").
+
+    ``pending``: being published (at its hidden name, or not yet there), undone
+    by recovery after a crash. ``publishing``: committed, not yet linked at
+    ``path``. ``committed``: also at ``path``, where outside readers see it.
+    frlake's views read the hidden name (:func:`frlake.lake.hidden_path`)
+    while ``hidden``, else ``path``."""
 
     __tablename__ = "lake_files"
     __table_args__ = (Index("ix_lake_files_table_status", "table_name", "status"),)
@@ -125,8 +138,24 @@ class LakeFile(Base):
     rows: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
-    status: Mapped[str] = mapped_column(String(16))  # pending | committed
+    status: Mapped[str] = mapped_column(String(16))  # pending | publishing | committed
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    hidden: Mapped[bool] = mapped_column(Boolean, server_default=false())  # it has its hidden name too
+
+
+class RetiredFile(Base):
+    """A file of the lake that nothing refers to any more: a Parquet file that
+    a forget or a compaction replaced, the hidden name of a published file, or
+    raw bytes no dump refers to. Deleted by a later run once ``retired_at`` is
+    older than the grace period (readers that opened views before may still
+    read it)."""
+
+    __tablename__ = "retired_files"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)  # relative to the lake folder
+    kind: Mapped[str] = mapped_column(String(16))  # parquet | raw
+    sha256: Mapped[str | None] = mapped_column(String(64))  # raw: kept if a dump refers to it again
+    retired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
 
 
 class IncidentRow(Base):

@@ -7,10 +7,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
+from frlake.catalog.lakefiles import LakeFiles, LakeFileSpec, chunks
+from frlake.catalog.lifecycle import Lifecycle
 from frlake.catalog.models import (
     Attempt,
     CulpritRow,
@@ -20,13 +22,15 @@ from frlake.catalog.models import (
     Job,
     LakeFile,
     RankStat,
+    RetiredFile,
     SourceFile,
     StackId,
 )
 from frlake.diagnose.model import Diagnosis, stack_signature, top_frame
 
-_CHUNK = 500  # bound on IN (...) lists
-_FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank")
+_FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank",
+                 "options_key", "frlake_version")
+__all__ = ["Catalog", "DumpRecord", "FileRecord", "FileState", "LakeFileSpec"]
 
 
 def utcnow() -> datetime:
@@ -40,6 +44,9 @@ class FileState:
     mtime_ns: int
     sha256: str | None
     status: str
+    reason: str | None = None
+    options_key: str | None = None  # how it was judged (pipeline._Run._unchanged)
+    frlake_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class FileRecord:
     size: int
     mtime_ns: int
     sha256: str | None
-    status: str  # ingested | duplicate | rejected
+    status: str  # ingested | duplicate | rejected | forgotten
     reason: str | None = None
     detail: str | None = None
     job: str | None = None
@@ -59,6 +66,8 @@ class FileRecord:
     rank: int | None = None
     seen_at: datetime | None = None
     run_id: int | None = None
+    options_key: str | None = None
+    frlake_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,16 +84,6 @@ class DumpRecord:
     n_entries: int
     first_ns: int | None
     last_ns: int | None
-
-
-@dataclass(frozen=True)
-class LakeFileSpec:
-    table: str
-    path: str  # relative to the lake
-    job: str | None
-    attempt: int | None
-    rows: int
-    bytes: int
 
 
 @dataclass(frozen=True)
@@ -116,12 +115,10 @@ class AttemptInfo:
     last_seen_at: datetime
 
 
-def _chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+_chunks = chunks
 
 
-class Catalog:
+class Catalog(LakeFiles, Lifecycle):
     """The catalog database: what was seen, ingested, rejected, and published."""
 
     def __init__(self, db_url: str, *, check: bool = True):
@@ -138,10 +135,10 @@ class Catalog:
         return db.session_scope(self._sessions, write)
 
     # -- ingest runs --------------------------------------------------------
-    def begin_run(self, sources: str, options: str) -> int:
+    def begin_run(self, sources: str, options: str, kind: str = "ingest") -> int:
         with self.session(write=True) as s:
             run = IngestRun(
-                started_at=utcnow(), status="running", sources=sources, options=options,
+                started_at=utcnow(), status="running", sources=sources, options=options, kind=kind,
                 n_ingested=0, n_duplicate=0, n_rejected=0, n_unchanged=0,
             )
             s.add(run)
@@ -163,68 +160,29 @@ class Catalog:
         with self.session() as s:
             for chunk in _chunks(list(paths)):
                 rows = s.execute(
-                    select(SourceFile.path, SourceFile.size, SourceFile.mtime_ns, SourceFile.sha256, SourceFile.status)
+                    select(SourceFile.path, SourceFile.size, SourceFile.mtime_ns, SourceFile.sha256, SourceFile.status,
+                           SourceFile.reason, SourceFile.options_key, SourceFile.frlake_version)
                     .where(SourceFile.path.in_(chunk), SourceFile.is_current.is_(True))
                 )
                 for row in rows:
                     found[row.path] = FileState(*row)
         return found
 
-    def known_dumps(self, shas: Sequence[str]) -> set[str]:
-        known: set[str] = set()
+    def known_dumps(self, shas: Sequence[str]) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
+        """For each of ``shas`` the lake holds: the attempts (job, attempt)
+        that hold those bytes, with the rank and host each gave them."""
+        known: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         with self.session() as s:
-            for chunk in _chunks(list(shas)):
-                known.update(s.scalars(select(Dump.sha256).where(Dump.sha256.in_(chunk))))
+            for chunk in _chunks(sorted(set(shas))):
+                for sha, job, number, rank, host in s.execute(
+                    select(Dump.sha256, Job.name, Attempt.number, Dump.rank, Dump.host)
+                    .join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id)
+                    .where(Dump.sha256.in_(chunk))
+                ):
+                    known.setdefault(sha, {})[(job, number)] = (rank, host)
         return known
 
     # -- publication --------------------------------------------------------
-    def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
-        """Record Parquet files about to be moved into the lake (the intent)."""
-        now = utcnow()
-        with self.session(write=True) as s:
-            rows = [
-                LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
-                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now)
-                for f in specs
-            ]
-            s.add_all(rows)
-            s.flush()
-            return [r.id for r in rows]
-
-    def pending_lake_files(self) -> list[tuple[int, str, int]]:
-        """(id, path, run id) of every Parquet file recorded as being published."""
-        with self.session() as s:
-            return [tuple(r) for r in s.execute(
-                select(LakeFile.id, LakeFile.path, LakeFile.run_id).where(LakeFile.status == "pending"))]
-
-    def drop_lake_files(self, ids: Sequence[int]) -> None:
-        with self.session(write=True) as s:
-            for chunk in _chunks(list(ids)):
-                s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
-
-    def lake_files(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
-        """Relative paths of the committed Parquet files of one table (of one
-        job and attempt, if ``partition`` is given)."""
-        q = select(LakeFile.path).where(LakeFile.table_name == table, LakeFile.status == "committed")
-        if partition is not None:
-            q = q.where(LakeFile.job == partition[0], LakeFile.attempt == partition[1])
-        with self.session() as s:
-            return list(s.scalars(q.order_by(LakeFile.id)))
-
-    def table_files(self, partition: tuple[str, int] | None = None) -> dict[str, list[str]]:
-        """The committed Parquet files of every table, in one query: of one
-        (job, attempt) ``partition`` for the partitioned tables when given,
-        and every file of the unpartitioned ``stacks``."""
-        q = select(LakeFile.table_name, LakeFile.path).where(LakeFile.status == "committed")
-        if partition is not None:
-            q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
-                        | LakeFile.job.is_(None))
-        out: dict[str, list[str]] = {}
-        with self.session() as s:
-            for table, path in s.execute(q.order_by(LakeFile.id)):
-                out.setdefault(table, []).append(path)
-        return out
-
     def new_stack_ids(self, ids: Iterable[int]) -> set[int]:
         """The ids among ``ids`` that the lake's stacks table does not hold yet."""
         new = set(ids)
@@ -271,8 +229,7 @@ class Catalog:
                     for d in dumps
                 ])
             self._record_files(s, run_id, files, now)
-            for chunk in _chunks(list(lake_file_ids)):
-                s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed"))
+            self.mark_publishing(s, lake_file_ids)
 
     def _attempt_ids(self, s, dumps: Sequence[DumpRecord], now: datetime,
                      touched: Sequence[tuple[str, int]] = ()) -> dict[tuple[str, int], int]:
@@ -341,7 +298,7 @@ class Catalog:
                 q = q.limit(limit)
             return [
                 FileRecord(r.path, r.size, r.mtime_ns, r.sha256, r.status, r.reason, r.detail, r.job,
-                           r.attempt, r.host, r.rank, r.seen_at, r.run_id)
+                           r.attempt, r.host, r.rank, r.seen_at, r.run_id, r.options_key, r.frlake_version)
                 for r in s.scalars(q)
             ]
 
@@ -381,11 +338,18 @@ class Catalog:
         stack signatures) and the notable ranks' lateness."""
         now = utcnow()
         with self.session(write=True) as s:
-            attempt_id = s.scalar(
-                select(Attempt.id).join(Job, Job.id == Attempt.job_id)
-                .where(Job.name == diag.job, Attempt.number == diag.attempt)
-            )
-            if attempt_id is None:
+            # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
+            # that diagnose the same attempt store one after the other, and an older view never
+            # replaces a newer one.
+            found = s.execute(
+                select(Attempt.id, IncidentRow.attempt_revision).join(Job, Job.id == Attempt.job_id)
+                .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+                .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
+            ).first()
+            if found is None:
+                return  # forgotten meanwhile
+            attempt_id, stored = found
+            if stored is not None and stored > revision:
                 return
             old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
             s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
@@ -510,11 +474,13 @@ class Catalog:
         new or replaced diagnoses, new files seen."""
         with self.session() as s:
             return (
-                s.scalar(select(func.max(LakeFile.id)).where(LakeFile.status == "committed")),
+                s.scalar(select(func.max(LakeFile.id)).where(LakeFile.status.in_(("publishing", "committed")))),
                 s.scalar(select(func.max(IncidentRow.id))),
                 s.scalar(select(func.max(SourceFile.id))),
                 s.scalar(select(func.max(IngestRun.id))),
                 s.scalar(select(func.max(Attempt.last_seen_at))),
+                s.scalar(select(func.max(RetiredFile.id))),
+                s.scalar(select(func.count(LakeFile.id)).where(LakeFile.status == "committed")),
             )
 
     def attempt_revision(self, job: str, attempt: int) -> int | None:
@@ -539,18 +505,20 @@ class Catalog:
 
     def rank_conflicts(self, attempts: Iterable[tuple[str, int]]) -> list[tuple[str, int, int, int]]:
         """(job, attempt, rank, dumps) for every rank of these attempts that
-        more than one distinct dump claims (snapshots, or a conflict to look at)."""
-        wanted = set(attempts)
-        if not wanted:
-            return []
-        q = (
-            select(Job.name, Attempt.number, Dump.rank, func.count(Dump.id))
-            .join(Attempt, Attempt.job_id == Job.id).join(Dump, Dump.attempt_id == Attempt.id)
-            .group_by(Job.name, Attempt.number, Dump.rank).having(func.count(Dump.id) > 1)
-            .order_by(Job.name, Attempt.number, Dump.rank)
-        )
+        more than one distinct dump claims (snapshots, or a conflict to look at).
+        Reads only these attempts' dumps, so its cost does not grow with the lake."""
+        wanted = sorted(set(attempts))
+        out: list[tuple[str, int, int, int]] = []
         with self.session() as s:
-            return [tuple(r) for r in s.execute(q) if (r[0], r[1]) in wanted]
+            for chunk in _chunks(wanted, 100):
+                q = (
+                    select(Job.name, Attempt.number, Dump.rank, func.count(Dump.id))
+                    .join(Attempt, Attempt.job_id == Job.id).join(Dump, Dump.attempt_id == Attempt.id)
+                    .where(or_(*[(Job.name == j) & (Attempt.number == a) for j, a in chunk]))
+                    .group_by(Job.name, Attempt.number, Dump.rank).having(func.count(Dump.id) > 1)
+                )
+                out += [tuple(r) for r in s.execute(q)]
+        return sorted(out)
 
     def has_attempt(self, job: str, attempt: int) -> bool:
         with self.session() as s:

@@ -41,7 +41,40 @@ DbUrlOpt = Annotated[
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: a table that fits the terminal, "
                                                                    "CSV, JSON, or NDJSON (one JSON object a line).")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only problems (for cron).")]
+LockTimeoutOpt = Annotated[str, typer.Option(
+    "--lock-timeout", help="How long to wait for another frlake writing the lake (e.g. 30s, 10m), then exit 1.")]
+GraceOpt = Annotated[str, typer.Option(
+    "--grace", help="Replaced files are deleted by a later run once retired this long (readers may still use "
+                    "them), e.g. 1h, 0s.")]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90d``, ``12h``, ``10m``, ``30s``, ``2w`` or plain seconds."""
+    t = text.strip().lower()
+    try:
+        if t and t[-1] in _UNITS:
+            value = float(t[:-1]) * _UNITS[t[-1]]
+        else:
+            value = float(t)
+    except ValueError:
+        raise FrlakeError(f"{text!r} is not a duration; write e.g. 90d, 12h, 10m or 30s") from None
+    if value < 0:
+        raise FrlakeError(f"{text!r}: a duration cannot be negative")
+    return value
+
+
+def parse_date(text: str):
+    """A date or date-time in ISO form (UTC unless it names its zone)."""
+    from datetime import UTC, datetime
+
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise FrlakeError(f"{text!r} is not a date; write e.g. 2026-11-30 or 2026-11-30T12:00") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settings:

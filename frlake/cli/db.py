@@ -31,14 +31,28 @@ def upgrade(
 def downgrade(
     ctx: typer.Context,
     revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask, even when data would be lost.")] = False,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
-    """Revert the migrations down to REVISION."""
+    """Revert the migrations down to REVISION. A downgrade that throws data
+    away says what and asks first (--yes: do not ask; without a terminal
+    it refuses instead of asking)."""
+    import sys
+
     from frlake.catalog import db
 
     with user_errors():
         engine = db.make_engine(settings(ctx, lake, db_url).db_url)
+        losses = [db.DOWNGRADE_LOSES[r] for r in db.reverted_by_downgrade(engine, revision)
+                  if r in db.DOWNGRADE_LOSES] if db.holds_data(engine) else []
+        if losses and not yes:
+            console.print("this downgrade deletes:\n" + "\n".join(f"  - {loss}" for loss in losses), highlight=False)
+            if not sys.stdin.isatty():
+                console.print("refused: run it again with --yes to confirm")
+                raise typer.Exit(1)
+            if not typer.confirm("downgrade anyway?", default=False):
+                raise typer.Exit(1)
         db.downgrade(engine, revision)
         console.print(f"catalog at revision {db.current_revision(engine) or 'base'}")
 

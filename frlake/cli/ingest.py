@@ -13,11 +13,14 @@ from frlake.cli._common import (
     Format,
     FormatOpt,
     LakeOpt,
+    LockTimeoutOpt,
     QuietOpt,
     console,
     emit_json,
     emit_rows,
     open_session,
+    parse_duration,
+    user_errors,
 )
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
@@ -51,6 +54,10 @@ def ingest_command(
     workers: Annotated[int, typer.Option(help="Parser processes.", min=1)] = min(4, os.cpu_count() or 1),
     force: Annotated[bool, typer.Option(help="Re-read files even when size and mtime are unchanged.")] = False,
     batch_files: Annotated[int, typer.Option(help="Files per commit to the lake.", min=1)] = 32,
+    retry_rejected: Annotated[bool, typer.Option(
+        help="Read every rejected file again (by default a rejection is retried only when this run could "
+             "judge it differently: other identity options, a newer frlake, an unreadable file).")] = False,
+    lock_timeout: LockTimeoutOpt = "10m",
     fmt: FormatOpt = Format.table,
     quiet: QuietOpt = False,
     lake: LakeOpt = None,
@@ -63,14 +70,18 @@ def ingest_command(
 
     Exit status: 0 all good; 3 some files were rejected (the rest were
     ingested); 4 every file was rejected or no path could be read; 1 on
-    errors."""
+    errors (among them: another frlake kept the lake busy past
+    --lock-timeout)."""
     pool_context()  # its imports overlap ours
     from frlake.ingest.pipeline import IngestOptions
 
+    with user_errors():
+        wait = parse_duration(lock_timeout)
     with open_session(ctx, lake, db_url) as session:
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)
-        options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files, isolate=True)
+        options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files, isolate=True,
+                                retry_rejected=retry_rejected, lock_timeout_s=wait)
         if quiet or fmt is not Format.table:
             summary = session.ingest(paths, options)
         else:
@@ -91,18 +102,32 @@ def ingest_command(
                              [{"job": d["job"], "attempt": d["attempt"], "verdict": d["verdict"]}
                               for d in summary.diagnosed]]], fmt)
         raise typer.Exit(exit_status(summary))
-    console.print(
-        f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "
-        f"already present {summary.already_present}, unchanged {summary.unchanged}, "
-        f"rejected [bold]{summary.rejected}[/] in {summary.seconds:.2f} s (run {summary.run_id})"
-    )
+    if not quiet:
+        _print_summary(summary)
     for reason, count in sorted(summary.rejected_by_reason.items()):
         console.print(f"  rejected {count} as {reason}")
     for f in summary.rejected_files[:20]:
         console.print(f"    {f['path']}: {f['detail']}", highlight=False)
     if summary.rejected > 20:
         console.print("    ... see `frlake files --rejected`")
-    for c in summary.conflicts[:20]:
-        console.print(f"  {c['job']} attempt {c['attempt']} rank {c['rank']}: {c['dumps']} different dumps "
-                      "(the newest is read; see the dump_conflicts view)", highlight=False)
+    if not quiet:
+        for c in summary.conflicts[:20]:
+            console.print(f"  {c['job']} attempt {c['attempt']} rank {c['rank']}: {c['dumps']} different dumps "
+                          "(the newest is read; see the dump_conflicts view)", highlight=False)
     raise typer.Exit(exit_status(summary))
+
+
+def _print_summary(summary) -> None:
+    console.print(
+        f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "
+        f"already present {summary.already_present}, unchanged {summary.unchanged}, "
+        f"rejected [bold]{summary.rejected}[/] in {summary.seconds:.2f} s (run {summary.run_id})"
+    )
+    if summary.skipped_rejected:
+        console.print(f"  {summary.skipped_rejected} files rejected before were skipped unread (unchanged, and "
+                      "nothing this run would judge differently); retry them with --retry-rejected")
+    if summary.skipped_forgotten:
+        console.print(f"  {summary.skipped_forgotten} files whose dumps were forgotten were skipped; other identity "
+                      "options or --force ingest them again")
+    if summary.compacted:
+        console.print(f"  compacted {summary.compacted} small Parquet files")

@@ -9,8 +9,10 @@ import typer
 
 from frlake.cli import db
 from frlake.cli._common import DbUrlOpt, LakeOpt, show_log
+from frlake.cli.compact import compact_command
 from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.entries import entries_command
+from frlake.cli.forget import forget_command
 from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command, query_help
 from frlake.cli.report import report_command
@@ -60,6 +62,8 @@ app.command("diagnose")(diagnose_command)
 app.command("rediagnose")(rediagnose_command)
 app.command("entries")(entries_command)
 app.command("report")(report_command)
+app.command("forget")(forget_command)
+app.command("compact")(compact_command)
 app.command("serve")(serve_command)
 app.add_typer(db.app, name="db")
 

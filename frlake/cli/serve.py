@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
+from frlake.cli._common import DbUrlOpt, LakeOpt, console, parse_duration, settings, user_errors
 from frlake.errors import FrlakeError
 
 
@@ -23,24 +23,38 @@ def serve_command(
     max_upload_mb: Annotated[int, typer.Option(help="Largest upload, in MB (413 beyond).", min=1)] = 1024,
     upload_budget_mb: Annotated[int, typer.Option(
         help="Unpacked bytes all uploads may hold on disk at once, in MB (503 beyond).", min=1)] = 16384,
+    watch: Annotated[list[str] | None, typer.Option(
+        help="A folder to ingest on an interval while serving (repeatable); its scans are shown on the jobs "
+             "page and at /api/watch.")] = None,
+    every: Annotated[str, typer.Option(help="How often --watch scans, e.g. 10m.")] = "10m",
+    layout: Annotated[str | None, typer.Option(help="Path template for --watch (as ingest --layout).")] = None,
+    workers: Annotated[int, typer.Option(help="Parser processes for --watch.", min=1)] = 1,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
-    """Serve the web UI and the JSON API (production WSGI server, not Flask's)."""
+    """Serve the web UI and the JSON API (production WSGI server, not Flask's).
+    With --watch, the same process also ingests the watched folders every
+    --every (a background thread; its last scan, errors and next run are on
+    the jobs page and at GET /api/watch)."""
     from dataclasses import replace
 
     import waitress
 
+    from frlake.ingest.identity import IdentityOptions
+    from frlake.ingest.pipeline import IngestOptions
     from frlake.ingest.upload import UploadLimits
     from frlake.server import create_app
     from frlake.server.config import ServerConfig, allowed_hosts, check_binding
+    from frlake.server.watch import watch_config
 
     with user_errors():
         check_binding(host, token)
         names = allowed_hosts(host, public_host or ())
+        scan = IngestOptions(identity=IdentityOptions(layout=layout), workers=workers, isolate=True)
         config = ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20,
                               upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
-                              allowed_hosts=names, port=port)
+                              allowed_hosts=names, port=port,
+                              watch=watch_config(watch or (), parse_duration(every), scan))
         app = create_app(config)
     if names is None:
         console.print(f"frlake answers to any host name on {host}; give --public-host NAME to name the ones it serves")

@@ -207,6 +207,16 @@ class IdentityOptions:
     layout: str | None = None
     hosts: dict[int, str] | None = None
 
+    def key(self) -> str:
+        """A short, stable hash of these options: a file judged under another
+        key could be judged differently (its rejection is retried)."""
+        import hashlib
+        import json
+
+        canonical = json.dumps([self.job, self.attempt, self.host, self.rank, self.layout or DEFAULT_LAYOUT,
+                                sorted((self.hosts or {}).items())], separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
 
 class IdentityResolver:
     def __init__(self, options: IdentityOptions):

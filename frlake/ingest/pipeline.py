@@ -1,13 +1,14 @@
 """The ingest run: scan, skip what is unchanged, parse in workers, publish.
 
-Commit protocol for each chunk of files (see also frlake/lake.py):
-1. a worker writes original bytes and staged Parquet files (invisible);
-2. the catalog records the Parquet files as ``pending``;
-3. the staged files are renamed into ``tables/``;
-4. one catalog transaction adds the dumps and files and marks the Parquet
-   files ``committed``: only now do queries see them.
-A crash between 2 and 4 leaves pending rows; the next run removes their files
-and rows before it starts, and then re-ingests those dumps.
+Each chunk of files is published under the lake's write lock through
+frlake.publish (staged -> pending -> hidden name -> one catalog transaction
+-> final name); a crash leaves pending rows that the next run's recovery
+removes before it starts, and then re-ingests those dumps.
+
+A file whose size and mtime did not change is not read again, unless a
+later run could judge it differently: a rejection is retried under other
+identity options or a newer frlake (``frlake.errors.RETRY_WHEN``), or always
+with ``retry_rejected``; a forgotten file under other identity options.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from frlake.catalog.store import Catalog, FileRecord, LakeFileSpec
-from frlake.errors import FrlakeError, WorkersCannotStart
+from frlake import __version__
+from frlake.catalog.store import Catalog, FileRecord, FileState, LakeFileSpec
+from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
 from frlake.ingest.pool import pool_context
@@ -44,6 +46,7 @@ from frlake.ingest.worker import (
     worker_ready,
 )
 from frlake.lake import Lake, new_part_name
+from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 
 MAX_REPORTED_REJECTS = 1000
 log = logging.getLogger("frlake.ingest")
@@ -61,6 +64,9 @@ class IngestOptions:
     chunk_bytes: int = 256 << 20
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
     lock_timeout_s: float | None = 600.0  # how long a batch waits for another writer to release the lake
+    retry_rejected: bool = False  # read every rejected file again, whatever it was rejected for
+    retire_grace_s: float = DEFAULT_GRACE_S  # retired files older than this are deleted (frlake.publish.sweep)
+    compact_min_files: int | None = 16  # the session compacts a touched partition with this many files (None: never)
 
 
 @dataclass
@@ -70,6 +76,8 @@ class IngestSummary:
     already_present: int = 0
     unchanged: int = 0
     rejected: int = 0
+    skipped_rejected: int = 0  # files rejected before and unchanged since, not read (retry: retry_rejected)
+    skipped_forgotten: int = 0  # files whose dumps were forgotten, not read (other identity options read them)
     entries: int = 0
     input_bytes: int = 0
     seconds: float = 0.0
@@ -78,6 +86,8 @@ class IngestSummary:
     ingested_files: list[dict] = field(default_factory=list)
     diagnosed: list[dict] = field(default_factory=list)
     conflicts: list[dict] = field(default_factory=list)  # ranks of touched attempts claimed by several dumps
+    touched: list[tuple[str, int]] = field(default_factory=list)  # the attempts that received dumps
+    compacted: int = 0  # Parquet files merged by the compaction after the run
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,6 +121,7 @@ def ingest(
     summary = IngestSummary()
     with lake.write_lock(options.lock_timeout_s):
         recover(lake, catalog)
+        sweep(lake, catalog, options.retire_grace_s)
     opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
     summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
     with lake.run_staging(summary.run_id) as run_lake:
@@ -123,28 +134,13 @@ def ingest(
         catalog.finish_run(summary.run_id, "finished", _counts(summary))
     summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
                          for j, a, r, n in catalog.rank_conflicts(run.touched)]
+    summary.touched = sorted(run.touched)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
 
 
 def _counts(s: IngestSummary) -> dict[str, int]:
     return {"ingested": s.ingested, "duplicate": s.already_present, "rejected": s.rejected, "unchanged": s.unchanged}
-
-
-def recover(lake: Lake, catalog: Catalog) -> int:
-    """Under the write lock: undo the publications that dead runs left
-    half-done, clear their staging folders, and index the stacks of a lake
-    made before the catalog kept a stack index. Live runs are left alone."""
-    dead = [(i, path) for i, path, run_id in catalog.pending_lake_files() if not lake.run_alive(run_id)]
-    for _, path in dead:
-        lake.remove(path)
-    catalog.drop_lake_files([i for i, _ in dead])
-    lake.clear_dead_staging()
-    stack_files = catalog.lake_files("stacks")
-    if stack_files and catalog.stack_index_is_empty():
-        catalog.index_stacks(chain.from_iterable(
-            pq.read_table(lake.root / f, columns=["stack_id"]).column(0).to_pylist() for f in stack_files))
-    return len(dead)
 
 
 class _Run:
@@ -167,6 +163,7 @@ class _Run:
                                                                             self.ctx.limits.max_file_bytes))
         self.spill_dir = lake.staging / "members"  # archive members, unpacked one at a time
         self.spilled: set[str] = set()  # spill files not yet released
+        self.options_key = options.identity.key()
 
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
@@ -183,7 +180,7 @@ class _Run:
         finally:
             self._release_all()
         if self.archives:
-            self.catalog.commit_batch(self.summary.run_id, [], [], self.archives)
+            self._record(self.archives)
         self.summary.rejected_by_reason = dict(self.reasons)
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
@@ -259,8 +256,39 @@ class _Run:
 
     def _reject(self, src: Source, reason: str, detail: str) -> None:
         record = FileRecord(src.key, src.size, src.mtime_ns, None, "rejected", reason, detail)
-        self.catalog.commit_batch(self.summary.run_id, [], [], [record])
+        self._record([record])
         self._tally(ChunkResult(files=[record]))
+
+    def _record(self, files: list[FileRecord]) -> None:
+        """Record files outside a batch (archives, killed workers), under the
+        write lock like every record of a path (two runs never race on one)."""
+        with self.lake.write_lock(self.options.lock_timeout_s):
+            self.catalog.commit_batch(self.summary.run_id, [], [], self._stamped(files))
+
+    def _stamped(self, files: list[FileRecord]) -> list[FileRecord]:
+        """The records with how they were judged (options and frlake version)."""
+        return [replace(f, options_key=self.options_key, frlake_version=__version__) for f in files]
+
+    def _unchanged(self, src: Source, known: FileState | None) -> bool:
+        """Whether ``src`` need not be read: same size and mtime as the catalog
+        knows, and nothing this run could judge differently (module docstring).
+        Counts what it skips."""
+        if (self.options.force or known is None or src.mtime_ns == NOT_STATTED
+                or (known.size, known.mtime_ns) != (src.size, src.mtime_ns)):
+            return False
+        if known.status == "rejected":
+            when = RETRY_WHEN.get(known.reason or "", "version")
+            if (self.options.retry_rejected or when == "always" or known.frlake_version != __version__
+                    or (when == "options" and known.options_key != self.options_key)):
+                return False
+            self.summary.skipped_rejected += 1
+        elif known.status == "forgotten":
+            if known.options_key != self.options_key:
+                return False
+            self.summary.skipped_forgotten += 1
+        else:
+            self.summary.unchanged += 1
+        return True
 
     def _sources(self, roots: list[Path]) -> Iterator[Source]:
         for src in walk(roots, exclude=self.lake.root):
@@ -271,9 +299,7 @@ class _Run:
 
     def _archive(self, archive: Source) -> Iterator[Source]:
         key = archive.key
-        known = self.catalog.current_files([key]).get(key)
-        if known and not self.options.force and (known.size, known.mtime_ns) == (archive.size, archive.mtime_ns):
-            self.summary.unchanged += 1
+        if self._unchanged(archive, self.catalog.current_files([key]).get(key)):
             return
         status, reason, detail = "archive", None, None
         try:
@@ -306,9 +332,7 @@ class _Run:
         def flush() -> Iterator[Source]:
             known = {} if self.options.force else self.catalog.current_files([s.key for s in pending])
             for s in pending:
-                k = known.get(s.key)
-                if k is not None and s.mtime_ns != NOT_STATTED and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
-                    self.summary.unchanged += 1
+                if self._unchanged(s, known.get(s.key)):
                     self._release([s])
                 else:
                     yield s
@@ -372,33 +396,38 @@ class _Run:
             rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
             staged, size = self.lake.stage_table(table)
             result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
-        specs = [LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes) for s in result.staged]
-        ids = self.catalog.add_pending(self.summary.run_id, specs) if specs else []
-        try:
-            for s in result.staged:
-                self.lake.publish(Path(s.staged), s.rel_path)
-            self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, result.files, sorted(new_stacks),
-                                      sorted(result.touched))
-        except BaseException:
-            for s in result.staged:
-                self.lake.remove(s.rel_path)
-            self.catalog.drop_lake_files(ids)
-            raise
+        files = [Staged(Path(s.staged), LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes))
+                 for s in result.staged]
+        records = self._stamped(result.files)
+        publish(self.lake, self.catalog, self.summary.run_id, files,
+                lambda ids: self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, records,
+                                                      sorted(new_stacks), sorted(result.touched)))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", self.batch, len(result.dumps), len(result.staged))
 
     def _drop_known(self, result: ChunkResult) -> None:
-        """Bytes another chunk committed meanwhile are duplicates: take them out."""
+        """Bytes another chunk committed to the same attempt meanwhile are
+        duplicates: take them out. So are dumps whose raw bytes a forget
+        deleted after the worker found them stored: those files are left
+        unrecorded, and the next run reads them again."""
         known = self.catalog.known_dumps([d.sha256 for d in result.dumps])
-        if not known:
+        dup = {(d.sha256, d.job, d.attempt) for d in result.dumps if (d.job, d.attempt) in known.get(d.sha256, {})}
+        lost = {(d.sha256, d.job, d.attempt) for d in result.dumps
+                if (d.sha256, d.job, d.attempt) not in dup and not self.lake.raw_path(d.sha256).exists()}
+        if not dup and not lost:
             return
-        dropped = {d.dump_id for d in result.dumps if d.sha256 in known}
-        result.dumps = [d for d in result.dumps if d.sha256 not in known]
-        result.files = [
-            FileRecord(f.path, f.size, f.mtime_ns, f.sha256, "duplicate") if f.sha256 in known and f.status == "ingested" else f
-            for f in result.files
-        ]
+        if lost:
+            log.warning("%d dumps lost their raw bytes to a concurrent forget; the next run reads them again", len(lost))
+        dropped = {d.dump_id for d in result.dumps if (d.sha256, d.job, d.attempt) in dup | lost}
+        result.dumps = [d for d in result.dumps if d.dump_id not in dropped]
+        files = []
+        for f in result.files:
+            key = (f.sha256, f.job, f.attempt)
+            if f.status == "ingested" and key in lost:
+                continue
+            files.append(replace(f, status="duplicate") if f.status == "ingested" and key in dup else f)
+        result.files = files
         kept = []
         for s in result.staged:
             table = pq.read_table(s.staged)

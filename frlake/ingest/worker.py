@@ -156,9 +156,11 @@ def cpu_budget(seconds: float) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def dump_id_of(sha256: str) -> int:
-    """A stable 63-bit id for a dump, from its content."""
-    return int(sha256[:16], 16) >> 1
+def dump_id_of(sha256: str, job: str, attempt: int) -> int:
+    """A stable 63-bit id for a dump, from its content and its attempt (the
+    same bytes found in two attempts are two dumps, with two ids)."""
+    key = hashlib.sha256(f"{sha256}\0{job}\0{attempt}".encode("utf-8", "surrogatepass")).hexdigest()
+    return int(key[:16], 16) >> 1
 
 
 _worker_state: dict[str, object] = {}
@@ -176,8 +178,8 @@ class _Dump:
     """One dump read whole: its identity and its rows as Arrow tables."""
 
     ident: Identity
-    parsed: ParsedDump
-    encoding: str
+    parsed: ParsedDump | None  # None: the attempt holds these bytes already
+    encoding: str | None
     tables: dict[str, pa.Table]
     key: str  # the dump's key in the catalog and under raw/: see dump_key
 
@@ -196,27 +198,27 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     # byte-identical, and each is a snapshot of its own)
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
+    live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
     now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
-    seen: set[str] = set()
     for src, data, sha in loaded:
         if data is None:
-            continue
-        if sha in known or sha in seen:
-            result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
             continue
         kind = livestacks.debug_server_kind(src.key)
         try:
             if kind is not None:
+                if sha in live_seen:
+                    result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
+                    continue
                 job, attempt, table = _read_live_stacks(resolver, src, data, sha, kind)
                 per_partition.setdefault((job, attempt), {}).setdefault("live_stacks", []).append(table)
                 result.touched.add((job, attempt))
                 result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, job,
                                                attempt, None, None))
-                seen.add(sha)
+                live_seen.add(sha)
                 lake.store_raw(sha, data)
                 continue
-            dump = _read_dump(ctx, resolver, src, data, sha, now)
+            dump = _read_dump(ctx, resolver, src, data, sha, now, known.setdefault(sha, {}))
         except DumpRejected as exc:
             reason, detail = exc.reason, exc.message
         except MemoryError:
@@ -228,19 +230,26 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             reason, detail = "internal_error", (
                 f"frlake failed on this file ({type(exc).__module__}.{type(exc).__name__}); please report it")
         else:
-            key = dump.key
-            if key != sha and (key in seen or _catalog(ctx).known_dumps([key])):
-                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, key, "duplicate"))
-                continue
-            seen.add(key)
-            lake.store_raw(key, data)
+            key = dump.key  # the bytes' sha256, or with their identity or name time (dump_key, snapshot_key)
             ident, parsed = dump.ident, dump.parsed
+            if parsed is None:
+                rank, host = known.get(key, {}).get((ident.job, ident.attempt), (None, None))
+                if rank is None:
+                    rank, host = holders_of(ctx, key)[(ident.job, ident.attempt)]
+                result.files.append(FileRecord(
+                    src.key, src.size, src.mtime_ns, key, "duplicate", None,
+                    f"the same bytes are already in the lake as job {ident.job!r} attempt {ident.attempt} "
+                    f"rank {rank} host {host!r}", ident.job, ident.attempt, host, rank))
+                continue
+            known.setdefault(key, {})[(ident.job, ident.attempt)] = (ident.rank, ident.host)
+            lake.store_raw(key, data)
             tables = per_partition.setdefault((ident.job, ident.attempt), {})
             for name, table in dump.tables.items():
                 tables.setdefault(name, []).append(table)
             result.stacks.update(parsed.stacks)
             result.dumps.append(
-                DumpRecord(key, dump_id_of(key), ident.job, ident.attempt, ident.rank, ident.host, parsed.version,
+                DumpRecord(key, dump_id_of(key, ident.job, ident.attempt), ident.job, ident.attempt, ident.rank,
+                           ident.host, parsed.version,
                            dump.encoding, len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
                            parsed.stats["last_time_created_ns"])
             )
@@ -277,10 +286,18 @@ def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha:
 
 
 def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data: bytes, sha: str,
-               now: datetime) -> _Dump:
+               now: datetime, holders: dict[tuple[str, int], tuple[int, str]]) -> _Dump:
     """Decode, parse, resolve and convert one dump to Arrow tables, under its
     CPU and memory budgets: every conversion that a value can fail happens
-    here, per file, so none can fail the batch or the parent's commit."""
+    here, per file, so none can fail the batch or the parent's commit.
+
+    ``holders``: the attempts that hold these bytes already. A dump in one of
+    them is a duplicate (no tables); known bytes are read only as far as
+    their identity, and not at all when the options name the job and attempt."""
+    o = ctx.identity
+    if holders and o.job is not None and o.attempt is not None and (o.job, o.attempt) in holders:
+        rank, host = holders[(o.job, o.attempt)]
+        return _Dump(Identity(o.job, o.attempt, host, rank), None, None, {}, sha)
     limits = ctx.limits
     with cpu_budget(limits.cpu_budget(len(data))), memory_budget(limits.memory_bytes), gc_paused():
         obj, encoding = decode(data, limits.max_file_bytes)
@@ -289,10 +306,20 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
         ident = resolver.resolve(src.key, parsed.identity)
         _check_world(ident, parsed)
         key = dump_key(sha, data, parsed, ident)
-        tables = _dump_tables(parsed, dump_id_of(key), key, ident, encoding, src, len(data), ctx.run_id, now)
+        if key != sha:  # an entry-less dump is its bytes and its identity: its holders are looked up by that key
+            holders = _catalog(ctx).known_dumps([key]).get(key, {})
+        if (ident.job, ident.attempt) in holders:
+            return _Dump(ident, None, None, {}, key)
+        dump_id = dump_id_of(key, ident.job, ident.attempt)
+        tables = _dump_tables(parsed, dump_id, key, ident, encoding, src, len(data), ctx.run_id, now)
         if parsed.stacks:
             _convert("stacks", stacks_table, parsed.stacks)  # the parent builds the table of new stacks
     return _Dump(ident, parsed, encoding, tables, key)
+
+
+def holders_of(ctx: WorkerContext, key: str) -> dict[tuple[str, int], tuple[int, str]]:
+    """The attempts that hold a dump's key already (the catalog's word)."""
+    return _catalog(ctx).known_dumps([key]).get(key, {})
 
 
 def snapshot_key(sha: str, path: str, data: bytes) -> str:

@@ -59,7 +59,7 @@ def _files() -> Select:
 
 def _ingest_runs() -> Select:
     return select(
-        IngestRun.id.label("run_id"), IngestRun.started_at, IngestRun.finished_at, IngestRun.status,
+        IngestRun.id.label("run_id"), IngestRun.kind, IngestRun.started_at, IngestRun.finished_at, IngestRun.status,
         IngestRun.sources, IngestRun.n_ingested, IngestRun.n_duplicate, IngestRun.n_rejected, IngestRun.n_unchanged,
     )
 

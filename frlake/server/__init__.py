@@ -96,5 +96,9 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(ranks_on_hosts, "ranks_on_hosts")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
+    if config.watch is not None:
+        from frlake.server.watch import Watcher
+
+        app.extensions["frlake_watch"] = Watcher(session, config.watch).start()
 
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import re
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, current_app, jsonify, request, stream_with_context
 
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
@@ -49,6 +49,15 @@ def require_token() -> None:
 @bp.get("/health")
 def health():
     return jsonify({"status": "ok"})
+
+
+@bp.get("/watch")
+def watch():
+    """The watched paths' scanner (``frlake serve --watch``): its last scan, errors and next run."""
+    watcher = current_app.extensions.get("frlake_watch")
+    if watcher is None:
+        return jsonify({"watching": False})
+    return jsonify({"watching": True, **watcher.status().to_dict()})
 
 
 @bp.get("/jobs")

@@ -26,6 +26,7 @@ class ServerConfig:
     # server bound to every address without --public-host), and the port.
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_NAMES
     port: int | None = None
+    watch: object = None  # a frlake.server.watch.WatchConfig: paths ingested on an interval
 
 
 WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")

@@ -3,7 +3,7 @@ its CSV and JSON export (tables.py)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, request
+from flask import Blueprint, current_app, request
 
 from frlake.diagnose.model import REASONS, VERDICTS
 from frlake.query.reports import REPORTS
@@ -42,8 +42,10 @@ def jobs():
     facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_ns"],
                    [[a.job, a.attempt, a.verdict, _root(a), list(a.hosts), a.n_dumps, a.started_ns] for a in rows])
+    watcher = current_app.extensions.get("frlake_watch")
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
-                   pages=max(1, -(-total // per_page)), filters=request.args, facets=facets)
+                   pages=max(1, -(-total // per_page)), filters=request.args, facets=facets,
+                   watch=watcher.status() if watcher else None)
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")

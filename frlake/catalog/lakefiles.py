@@ -1,0 +1,208 @@
+"""The catalog's record of the lake's files: Parquet files from intent to
+publication (pending -> publishing -> committed), and the retired files a
+later run deletes once no reader can still use them (docs/lake.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, func, insert, or_, select, update
+
+from frlake.catalog.models import Dump, LakeFile, RetiredFile
+from frlake.lake import hidden_path
+
+_CHUNK = 500
+_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace
+VISIBLE = ("publishing", "committed")  # the statuses frlake's views read
+
+
+def chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class LakeFileSpec:
+    table: str
+    path: str  # relative to the lake
+    job: str | None
+    attempt: int | None
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CommittedFile:
+    """A Parquet file frlake's views read, at ``readable``: its hidden name,
+    which stays while the file is committed (outside readers see ``path``)."""
+
+    id: int
+    table: str
+    path: str
+    job: str | None
+    attempt: int | None
+    rows: int
+    bytes: int
+    status: str
+    hidden: bool = True
+
+    @property
+    def readable(self) -> str:
+        return hidden_path(self.path) if self.hidden else self.path
+
+
+@dataclass(frozen=True)
+class Retired:
+    id: int
+    path: str
+    kind: str  # parquet | raw
+    sha256: str | None
+
+
+class LakeFiles:
+    """Mixed into :class:`frlake.catalog.store.Catalog` (``self.session``)."""
+
+    def session(self, write: bool = False):  # pragma: no cover - Catalog's
+        raise NotImplementedError
+
+    # -- publication ----------------------------------------------------------
+    def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
+        """Record Parquet files about to be moved into the lake (the intent)."""
+        now = _now()
+        with self.session(write=True) as s:
+            rows = [
+                LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
+                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now, hidden=True)
+                for f in specs
+            ]
+            s.add_all(rows)
+            s.flush()
+            return [r.id for r in rows]
+
+    def pending_lake_files(self) -> list[tuple[int, str, int]]:
+        """(id, path, run id) of every Parquet file recorded as being published."""
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(
+                select(LakeFile.id, LakeFile.path, LakeFile.run_id).where(LakeFile.status == "pending"))]
+
+    def publishing_lake_files(self) -> list[tuple[int, str]]:
+        """(id, path) of the committed files still at their hidden names."""
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(
+                select(LakeFile.id, LakeFile.path).where(LakeFile.status == "publishing").order_by(LakeFile.id))]
+
+    def drop_lake_files(self, ids: Sequence[int]) -> None:
+        with self.session(write=True) as s:
+            for chunk in chunks(list(ids)):
+                s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
+
+    @staticmethod
+    def mark_publishing(s, ids: Sequence[int]) -> None:
+        """In a commit's transaction: the pending files become visible (at their hidden names)."""
+        for chunk in chunks(list(ids)):
+            s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="publishing"))
+
+    def mark_revealed(self, revealed: Sequence[tuple[int, str, bool]]) -> None:
+        """Files now linked at their final names: ``committed`` (``bool``:
+        the hidden name is still there, where frlake's views keep reading)."""
+        with self.session(write=True) as s:
+            for left in (True, False):
+                ids = [i for i, _, kept in revealed if kept is left]
+                for chunk in chunks(ids):
+                    s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed", hidden=left))
+
+    @staticmethod
+    def retire_lake_files(s, files: Sequence[CommittedFile], now: datetime) -> None:
+        """In a transaction: these files leave every view. Their final names
+        go at once (the writer's next sweep: outside readers stop seeing them
+        with the switch), their hidden names after the grace period (frlake
+        readers that opened views before may still read them)."""
+        if not files:
+            return
+        for chunk in chunks([f.id for f in files]):
+            s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
+        rows = [{"path": f.readable, "kind": "parquet", "sha256": None, "retired_at": now} for f in files]
+        rows += [{"path": f.path, "kind": "parquet", "sha256": None, "retired_at": _AT_ONCE}
+                 for f in files if f.hidden and f.status == "committed"]
+        s.execute(insert(RetiredFile), rows)
+
+    # -- reading --------------------------------------------------------------
+    def committed_files(self, table: str | None = None,
+                        partition: tuple[str, int] | None = None) -> list[CommittedFile]:
+        q = select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.job, LakeFile.attempt, LakeFile.rows,
+                   LakeFile.bytes, LakeFile.status, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
+        if table is not None:
+            q = q.where(LakeFile.table_name == table)
+        if partition is not None:
+            q = q.where(LakeFile.job == partition[0], LakeFile.attempt == partition[1])
+        with self.session() as s:
+            return [CommittedFile(*r) for r in s.execute(q.order_by(LakeFile.id))]
+
+    def lake_files(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
+        """Where to read the committed Parquet files of one table (of one job
+        and attempt, if ``partition`` is given), relative to the lake."""
+        return [f.readable for f in self.committed_files(table, partition)]
+
+    def table_files(self, partition: tuple[str, int] | None = None) -> dict[str, list[str]]:
+        """Where to read the committed Parquet files of every table, in one
+        query: of one (job, attempt) ``partition`` for the partitioned tables
+        when given, and every file of the unpartitioned ``stacks``."""
+        q = select(LakeFile.table_name, LakeFile.path, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
+        if partition is not None:
+            q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
+                        | LakeFile.job.is_(None))
+        out: dict[str, list[str]] = {}
+        with self.session() as s:
+            for table, path, hidden in s.execute(q.order_by(LakeFile.id)):
+                out.setdefault(table, []).append(hidden_path(path) if hidden else path)
+        return out
+
+    def partition_file_counts(self, partitions: Iterable[tuple[str, int]] | None = None,
+                              min_files: int = 2) -> list[tuple[str, str | None, int | None, int]]:
+        """(table, job, attempt, files) of every partition of every table with
+        at least ``min_files`` committed files (of ``partitions`` only, when given;
+        ``stacks`` is one partition, job and attempt None)."""
+        q = (select(LakeFile.table_name, LakeFile.job, LakeFile.attempt, func.count(LakeFile.id))
+             .where(LakeFile.status.in_(VISIBLE))
+             .group_by(LakeFile.table_name, LakeFile.job, LakeFile.attempt)
+             .having(func.count(LakeFile.id) >= min_files)
+             .order_by(LakeFile.table_name, LakeFile.job, LakeFile.attempt))
+        wanted = None if partitions is None else set(partitions)
+        with self.session() as s:
+            if wanted is None:
+                return [tuple(r) for r in s.execute(q)]
+            out = []
+            for chunk in chunks(sorted(wanted, key=lambda p: (p[0] or "", p[1] or 0))):
+                cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
+                out += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
+            return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))
+
+    # -- retired files ----------------------------------------------------------
+    def expired_retired(self, before: datetime, limit: int = 10_000) -> list[Retired]:
+        with self.session() as s:
+            return [Retired(*r) for r in s.execute(
+                select(RetiredFile.id, RetiredFile.path, RetiredFile.kind, RetiredFile.sha256)
+                .where(RetiredFile.retired_at <= before).order_by(RetiredFile.id).limit(limit))]
+
+    def drop_retired(self, ids: Sequence[int]) -> None:
+        with self.session(write=True) as s:
+            for chunk in chunks(list(ids)):
+                s.execute(delete(RetiredFile).where(RetiredFile.id.in_(chunk)))
+
+    def referenced_shas(self, shas: Sequence[str]) -> set[str]:
+        """The sha256s among ``shas`` that some dump still refers to."""
+        found: set[str] = set()
+        with self.session() as s:
+            for chunk in chunks(sorted(set(shas))):
+                found.update(s.scalars(select(Dump.sha256).where(Dump.sha256.in_(chunk)).distinct()))
+        return found
+
+    def retired_count(self) -> int:
+        with self.session() as s:
+            return s.scalar(select(func.count(RetiredFile.id))) or 0

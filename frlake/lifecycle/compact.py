@@ -1,0 +1,129 @@
+"""Merge a partition's small Parquet files into few large ones.
+
+Each ingest batch adds a file per table per attempt it touched, and one to
+``stacks``; a cron every ten minutes makes tens of thousands. Per table and
+(job, attempt) (``stacks``: the whole table), the files smaller than
+``target_bytes`` are merged, in their order, into files of about that size,
+written in the table's current schema (frlake.schema; columns a newer
+frlake added are NULL in older files). Each partition switches in one
+catalog transaction (frlake.publish); the replaced files are retired and
+deleted once the grace period is over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from frlake.catalog.lakefiles import CommittedFile
+from frlake.catalog.store import Catalog
+from frlake.lake import Lake
+from frlake.lifecycle.rewrite import rewrite
+from frlake.publish import DEFAULT_GRACE_S, publish, recover, sweep
+
+log = logging.getLogger("frlake.compact")
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    min_files: int = 2  # a partition is merged when it has at least this many small files
+    target_bytes: int = 256 << 20  # files at least this large are left alone; merged files are about this size
+    dry_run: bool = False
+    lock_timeout_s: float | None = 600.0
+    retire_grace_s: float = DEFAULT_GRACE_S
+
+
+@dataclass
+class CompactSummary:
+    run_id: int | None = None
+    dry_run: bool = False
+    partitions: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+    merged: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None, int | None]] | None = None,
+            options: CompactOptions = CompactOptions()) -> CompactSummary:
+    """Compact every partition with ``min_files`` small files, or only the
+    given (job, attempt) ``partitions`` ((None, None) is ``stacks``): what
+    ingest runs on the attempts it touched, so its cost does not grow with
+    the lake."""
+    started = time.perf_counter()
+    summary = CompactSummary(dry_run=options.dry_run)
+    wanted = None if partitions is None else sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))
+    with lake.write_lock(options.lock_timeout_s):
+        recover(lake, catalog)
+        plans = []
+        for table, job, attempt, _ in catalog.partition_file_counts(wanted, options.min_files):
+            small = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
+                     if f.bytes < options.target_bytes and (f.job, f.attempt) == (job, attempt)]
+            groups = [g for g in _groups(small, options.target_bytes) if len(g) >= 2]
+            if len(small) >= options.min_files and groups:
+                plans.append((table, job, attempt, groups))
+        for table, job, attempt, groups in plans:
+            summary.partitions += 1
+            n = sum(len(g) for g in groups)
+            summary.files_before += n
+            summary.bytes_before += sum(f.bytes for g in groups for f in g)
+            summary.merged.append({"table": table, "job": job, "attempt": attempt, "files": n})
+        if not options.dry_run and plans:
+            summary.run_id = catalog.begin_run(json.dumps([]), json.dumps(asdict(options)), kind="compact")
+            try:
+                with lake.run_staging(summary.run_id) as run_lake:
+                    for batch, (table, _, _, groups) in enumerate(plans, start=1):
+                        _merge(run_lake, catalog, summary, batch, table, groups)
+                        # the replaced files' final names go now: an outside reader sees one or the other
+                        summary.deleted += sweep(lake, catalog, options.retire_grace_s)
+            except BaseException:
+                catalog.finish_run(summary.run_id, "failed", {})
+                raise
+            catalog.finish_run(summary.run_id, "finished", {})
+        if not options.dry_run:
+            summary.deleted += sweep(lake, catalog, options.retire_grace_s)
+    summary.seconds = round(time.perf_counter() - started, 3)
+    if summary.partitions:
+        log.info("compacted %d partitions: %d files into %d", summary.partitions, summary.files_before,
+                 summary.files_after)
+    return summary
+
+
+def _groups(files: Sequence[CommittedFile], target: int) -> list[list[CommittedFile]]:
+    """Consecutive files whose sizes add up to about ``target`` each."""
+    groups: list[list[CommittedFile]] = [[]]
+    size = 0
+    for f in files:
+        if groups[-1] and size + f.bytes > target:
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += f.bytes
+    return [g for g in groups if g]
+
+
+def _merge(lake: Lake, catalog: Catalog, summary: CompactSummary, batch: int, table: str,
+           groups: list[list[CommittedFile]]) -> None:
+    """One partition: its merged files replace the ones they hold, in one transaction."""
+    staged, old = [], []
+    try:
+        for group in groups:
+            new = rewrite(lake, summary.run_id, batch, table, group)
+            if new is not None:
+                staged.append(new)
+            old += group
+        publish(lake, catalog, summary.run_id, staged, lambda ids: catalog.commit_replace(ids, old))
+    finally:
+        for s in staged:
+            s.staged.unlink(missing_ok=True)
+    summary.files_after += len(staged)
+    summary.bytes_after += sum(s.spec.bytes for s in staged)

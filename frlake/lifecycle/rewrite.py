@@ -1,0 +1,62 @@
+"""Rewriting Parquet files of one table: read them batch by batch, in the
+table's current schema (columns added since are NULL, columns dropped since
+are left out), keep the rows wanted, and stage new files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from frlake import schema
+from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
+from frlake.lake import Lake, new_part_name
+from frlake.publish import Staged
+
+RowFilter = Callable[[pa.RecordBatch], pa.RecordBatch]
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in the columns and order of ``target`` (NULL where it has none)."""
+    if batch.schema.equals(target):
+        return batch
+    columns = []
+    for f in target:
+        i = batch.schema.get_field_index(f.name)
+        columns.append(batch.column(i).cast(f.type) if i >= 0 else pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def batches(lake: Lake, files: Sequence[CommittedFile], target: pa.Schema,
+            keep: RowFilter | None = None) -> Iterator[pa.RecordBatch]:
+    for f in files:
+        for batch in pq.ParquetFile(lake.root / f.readable).iter_batches(batch_size=64 * 1024):
+            batch = conform(batch, target)
+            if keep is not None:
+                batch = keep(batch)
+            if batch.num_rows:
+                yield batch
+
+
+def without_dumps(dump_ids: set[int]) -> RowFilter:
+    drop = pa.array(sorted(dump_ids), pa.int64())
+
+    def keep(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.filter(pc.invert(pc.is_in(batch.column("dump_id"), value_set=drop)))
+
+    return keep
+
+
+def rewrite(lake: Lake, run_id: int, batch_no: int, table: str, files: Sequence[CommittedFile],
+            keep: RowFilter | None = None) -> Staged | None:
+    """Stage one file holding the (kept) rows of ``files``; None if no row is left."""
+    target = schema.TABLES[table]
+    first = files[0]
+    staged, rows, size = lake.stage_batches(target, batches(lake, files, target, keep))
+    if rows == 0:
+        staged.unlink(missing_ok=True)
+        return None
+    rel = lake.part_path(table, new_part_name(run_id, batch_no), first.job, first.attempt)
+    return Staged(staged, LakeFileSpec(table, rel, first.job, first.attempt, rows, size))

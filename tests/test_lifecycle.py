@@ -1,0 +1,296 @@
+"""Correct, forget, retain and compact, on the real corpus (docs/lake.md, "Lifecycle")."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+import frlake
+from frlake.catalog.store import Catalog
+from frlake.cli.main import app
+from frlake.config import Settings
+from frlake.ingest import IdentityOptions, IngestOptions
+from frlake.lifecycle import CompactOptions, ForgetOptions
+from frlake.session import Frlake
+from tests.helpers import assert_lake_is_clean, ingest, snapshot, visible_parquet
+
+JOB = "job-f70c5d"  # 3 attempts of 8 ranks each
+NOW = ForgetOptions(retire_grace_s=0)
+runner = CliRunner()
+
+
+def _many_files(tmp_path, corpus, jobs=(JOB, "job-223715")) -> tuple[Settings, object]:
+    tree = tmp_path / "nfs"
+    for job in jobs:
+        shutil.copytree(corpus / job, tree / job)
+    return tree, Settings.resolve(tmp_path / "lake")
+
+
+def _cli(settings: Settings, *args: str):
+    return runner.invoke(app, ["--lake", str(settings.lake), "--db-url", settings.db_url, *args])
+
+
+# -- correct ------------------------------------------------------------------
+def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpus):
+    """The issue's repro: 4 rank files with no identity, then the options that name it."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for src in sorted((corpus / "job-223715/attempt-0").rglob("rank_*")):
+        shutil.copy(src, flat / src.name)
+    settings = Settings.resolve(tmp_path / "lake")
+    first = _cli(settings, "ingest", str(flat), "--workers", "1")
+    assert first.exit_code == 4, first.output
+    again = ingest([flat], settings)
+    assert (again.rejected, again.skipped_rejected, again.unchanged) == (0, 4, 0)
+    fixed = _cli(settings, "ingest", str(flat), "--job", "j1", "--attempt", "0", "--host", "nodeX", "--workers", "1")
+    assert fixed.exit_code == 0, fixed.output
+    assert "ingested 4 dumps" in fixed.output
+    con = frlake.connect(settings.lake)
+    assert con.execute("SELECT DISTINCT job, attempt, host FROM dumps").fetchall() == [("j1", 0, "nodeX")]
+    assert sorted(r[0] for r in con.execute("SELECT rank FROM dumps").fetchall()) == [0, 1, 2, 3]
+
+
+def test_other_rejections_are_skipped_unread_until_retried(tmp_path, corpus):
+    tree = tmp_path / "nfs" / "job-x/attempt-0/h"
+    tree.mkdir(parents=True)
+    (tree / "rank_0").write_bytes((corpus / "job-223715/attempt-0/gpu-b03/rank_0").read_bytes()[:100])
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected == 1
+    result = _cli(settings, "ingest", str(tmp_path / "nfs"), "--workers", "1")
+    assert result.exit_code == 0 and "1 files rejected before were skipped unread" in result.output
+    assert "--retry-rejected" in result.output
+    retried = ingest([tmp_path / "nfs"], settings, IngestOptions(retry_rejected=True))
+    assert (retried.rejected, retried.skipped_rejected) == (1, 0)
+    # a newer frlake judges every rejection again (the catalog says which frlake judged it)
+    catalog = Catalog(settings.db_url)
+    with catalog.engine.begin() as conn:
+        conn.execute(text("UPDATE files SET frlake_version = '0.0.1'"))
+    catalog.close()
+    assert ingest([tmp_path / "nfs"], settings).rejected == 1
+
+
+def test_an_unreadable_file_is_retried_every_run(tmp_path, corpus):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    tree = tmp_path / "nfs" / "job-x/attempt-0/h"
+    tree.mkdir(parents=True)
+    target = tree / "rank_0"
+    shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_0", target)
+    target.chmod(0)
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected_by_reason == {"unreadable": 1}
+    target.chmod(0o644)  # chmod leaves the mtime alone
+    assert ingest([tmp_path / "nfs"], settings).ingested == 1
+
+
+# -- forget -------------------------------------------------------------------
+def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus)
+    ingest([tree], settings, IngestOptions(chunk_files=3))
+    with Frlake(settings) as fl:
+        dry = fl.forget(job=JOB, attempt=1, options=ForgetOptions(dry_run=True))
+        assert (dry.dumps, dry.attempts_removed) == (8, [(JOB, 1)])
+        assert fl.catalog.has_attempt(JOB, 1), "a dry run changes nothing"
+        shas = [r[0] for r in fl.connect().execute(
+            f"SELECT sha256 FROM dumps WHERE job = '{JOB}' AND attempt = 1").fetchall()]
+        done = fl.forget(job=JOB, attempt=1, options=NOW)
+        assert (done.dumps, done.attempts_removed, done.attempts_changed) == (8, [(JOB, 1)], [])
+        assert not fl.catalog.has_attempt(JOB, 1) and fl.catalog.diagnosis(JOB, 1) is None
+    assert not any((settings.lake / "raw" / sha[:2] / f"{sha}.zst").exists() for sha in shas)
+    assert_lake_is_clean(settings)
+    # the same as a lake that never held the attempt (but for the forgotten files' records)
+    shutil.rmtree(tree / JOB / "attempt-1")
+    clean = Settings.resolve(tmp_path / "clean")
+    ingest([tree], clean)
+    got, want = snapshot(settings), snapshot(clean)
+    assert {k: v for k, v in got.items() if k != "catalog_files"} == {k: v for k, v in want.items() if k != "catalog_files"}
+    forgotten = [f for f in got["catalog_files"] if f[1] == "forgotten"]
+    assert len(forgotten) == 8 and all("/attempt-1/" in f[0] for f in forgotten)
+
+
+def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings, IngestOptions(identity=IdentityOptions(job="wrong")))
+    with Frlake(settings) as fl:
+        fl.forget(job="wrong", options=NOW)
+    cron = ingest([tree], settings, IngestOptions(identity=IdentityOptions(job="wrong")))
+    assert (cron.ingested, cron.skipped_forgotten) == (0, 4), "retention is not undone by the next cron run"
+    right = ingest([tree], settings)
+    assert right.ingested == 4
+    con = frlake.connect(settings.lake)
+    assert con.execute("SELECT DISTINCT job FROM dumps").fetchall() == [("job-223715",)]
+    assert len(list((settings.lake / "raw").rglob("*.zst"))) == 4
+
+
+def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus)
+    ingest([tree], settings, IngestOptions(chunk_files=3))
+    host = tree / JOB / "attempt-0/gpu-a02"
+    with Frlake(settings) as fl:
+        before = fl.catalog.attempt_revision(JOB, 0)
+        done = fl.forget(path=str(host), options=NOW)
+        assert (done.dumps, done.attempts_changed, done.attempts_removed) == (2, [(JOB, 0)], [])
+        assert fl.catalog.attempt_revision(JOB, 0) == before + 1
+        assert fl.catalog.pending_diagnoses() == [], "the changed attempt is diagnosed again"
+        assert sorted(fl.catalog.diagnosis(JOB, 0).ranks_dumped) == [2, 3, 4, 5, 6, 7]
+    assert_lake_is_clean(settings)
+    shutil.rmtree(host)
+    clean = Settings.resolve(tmp_path / "clean")
+    ingest([tree], clean)
+    got, want = snapshot(settings), snapshot(clean)
+    for table in ("entries", "dumps", "groups", "pg_status"):
+        assert got[table] == want[table], table
+
+
+def test_forget_by_age(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus)
+    ingest([tree], settings)
+    old = _cli(settings, "forget", "--before", "1971-01-01", "--format", "json")
+    assert old.exit_code == 0 and '"dumps": 0' in old.output
+    everything = _cli(settings, "forget", "--older-than", "0s", "--grace", "0s")
+    assert everything.exit_code == 0, everything.output
+    assert "forgot 28 dumps" in everything.output
+    with Frlake(settings) as fl:
+        assert fl.catalog.attempt_keys() == []
+    assert list((settings.lake / "raw").rglob("*.zst")) == []
+    assert {p.name for p in (settings.lake / "tables").iterdir()} >= {"entries", "dumps"}
+    assert visible_parquet(settings) == {f for f in visible_parquet(settings) if f.startswith("tables/stacks/")}
+
+
+def test_forget_needs_a_selection(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings)
+    result = _cli(settings, "forget")
+    assert result.exit_code == 1 and "say what to forget" in result.output
+    assert _cli(settings, "forget", "--older-than", "ninety days").exit_code == 1
+
+
+# -- compact ------------------------------------------------------------------
+def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus)
+    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
+    before = snapshot(settings)
+    with Frlake(settings) as fl:
+        n_before = len(fl.catalog.committed_files())
+        early = fl.connect()  # a reader that built its views before the compaction
+        count = early.execute("SELECT count(*) FROM entries").fetchone()[0]
+        summary = fl.compact(options=CompactOptions())
+        assert summary.files_before > summary.files_after
+        files = fl.catalog.committed_files()
+        per_partition = {(f.table, f.job, f.attempt) for f in files}
+        assert len(files) == len(per_partition) < n_before, "one file per table and attempt, and one of stacks"
+        assert early.execute("SELECT count(*) FROM entries").fetchone()[0] == count, "the old files stay for readers"
+    assert snapshot(settings) == before
+    with Frlake(settings) as fl:
+        fl.compact(options=CompactOptions(retire_grace_s=0))  # nothing left to merge; the sweep deletes the old files
+    assert_lake_is_clean(settings)
+
+
+def test_compaction_writes_the_current_schema(tmp_path, corpus):
+    """A file from an older frlake (a column missing) is read with NULLs for it."""
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings, IngestOptions(chunk_files=2, compact_min_files=None))
+    with Frlake(settings) as fl:
+        old = fl.catalog.committed_files("dumps")[0]
+        path = settings.lake / old.readable
+        pq.write_table(pq.read_table(path).drop_columns(["extra"]), path)
+        fl.compact(options=CompactOptions(retire_grace_s=0))
+        merged = fl.catalog.committed_files("dumps")
+        assert len(merged) == 1
+        table = pq.read_table(settings.lake / merged[0].readable)
+        assert "extra" in table.column_names and table.num_rows == 4
+        assert table.column("extra").null_count >= 2
+
+
+def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))
+    summary = ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=4))
+    assert summary.compacted > 0
+    with Frlake(settings) as fl:
+        for table, job, attempt, n in fl.catalog.partition_file_counts(min_files=1):
+            assert n < 4, (table, job, attempt, n)
+        assert fl.connect().execute("SELECT count(*) FROM dumps").fetchone()[0] == 24
+
+
+def test_compact_command(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
+    dry = _cli(settings, "compact", "--dry-run")
+    assert dry.exit_code == 0 and "would merge 16 files of 4 partitions" in dry.output, dry.output
+    done = _cli(settings, "compact", "--job", "job-223715", "--grace", "0s", "--format", "json")
+    assert done.exit_code == 0 and '"files_after": 4' in done.output, done.output
+
+
+# -- unattended -----------------------------------------------------------------
+def test_quiet_ingest_prints_only_problems(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    good = _cli(settings, "ingest", str(tree), "--quiet", "--workers", "1")
+    assert (good.exit_code, good.output) == (0, "")
+    (tree / "job-223715/attempt-0/gpu-b03/rank_9").write_bytes(b"not a dump")
+    bad = _cli(settings, "ingest", str(tree), "--quiet", "--workers", "1")
+    assert bad.exit_code == 3 and "rank_9" in bad.output and "ingested" not in bad.output
+
+
+def test_a_busy_lake_makes_ingest_exit_1_with_a_clear_message(tmp_path, corpus):
+    from frlake.lake import Lake
+
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings)
+    with Lake(settings.lake).write_lock():
+        result = _cli(settings, "ingest", str(tree), "--lock-timeout", "0.2s", "--force", "--workers", "1")
+        forget = _cli(settings, "forget", "--job", "job-223715", "--lock-timeout", "0.2s")
+    assert result.exit_code == 1 and "is busy" in result.output
+    assert forget.exit_code == 1 and "is busy" in forget.output
+
+
+def test_downgrade_that_loses_data_asks_first(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    ingest([tree], settings)
+    refused = _cli(settings, "db", "downgrade", "0004")
+    assert refused.exit_code == 1 and "--yes" in refused.output and "second identities" in refused.output.replace("\n", " ")
+    assert _cli(settings, "db", "current").output.startswith("current 0005")
+    assert _cli(settings, "db", "downgrade", "0004", "--yes").exit_code == 0
+    assert _cli(settings, "db", "upgrade").exit_code == 0
+
+
+def test_serve_watch_scans_and_shows_its_scans(tmp_path, corpus):
+    import time
+
+    from frlake.server import create_app
+    from frlake.server.config import ServerConfig
+    from frlake.server.watch import watch_config
+
+    tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
+    app = create_app(ServerConfig(settings, watch=watch_config([str(tree)], 0.2)))
+    client = app.test_client()
+    deadline = time.monotonic() + 60
+    while client.get("/api/watch").get_json().get("scans", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = client.get("/api/watch").get_json()
+    assert first["watching"] and first["total_ingested"] == 4 and first["last_error"] is None
+    (tree / "job-223715/attempt-1/h").mkdir(parents=True)
+    (tree / "job-223715/attempt-1/h/rank_0").write_bytes(b"junk")
+    while client.get("/api/watch").get_json()["total_rejected"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = client.get("/api/watch").get_json()
+    assert status["total_rejected"] == 1 and status["next_run_at"] and status["errors"] == 0
+    page = client.get("/").get_data(as_text=True)
+    assert "Watching" in page and "Last scan finished" in page
+    app.extensions["frlake_watch"].stop(10)
+    assert client.get("/api/watch").get_json()["scans"] >= 2
+    assert datetime.fromisoformat(status["last_finished_at"].replace("Z", "+00:00")) <= datetime.now(UTC)
+
+
+def test_no_watch_is_said_plainly(tmp_path):
+    from frlake.server import create_app
+    from frlake.server.config import ServerConfig
+
+    app = create_app(ServerConfig(Settings.resolve(tmp_path / "lake")))
+    assert app.test_client().get("/api/watch").get_json() == {"watching": False}
