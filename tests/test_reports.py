@@ -75,3 +75,31 @@ def test_report_cli_formats(corpus_lake):
     assert table.exit_code == 0 and "gpu-b03" in table.stdout
     bad = runner.invoke(app, base + ["nope"])
     assert bad.exit_code != 0
+
+
+def test_a_stall_whose_user_code_moved_by_a_line_is_one_hangs_group(tmp_path, corpus):
+    """Two copies of a hang; in the second the user frames' lines moved (an
+    edit above the call): one group by the stall signature, two exact ones."""
+    import pickle
+    import shutil
+
+    from frlake.config import Settings
+    from tests.helpers import ingest, load_trusted
+
+    tree = tmp_path / "nfs"
+    shutil.copytree(corpus / "job-223715", tree / "job-223715")
+    moved = tree / "job-moved" / "attempt-0"
+    for path in sorted((corpus / "job-223715" / "attempt-0").rglob("rank_*")):
+        dump = load_trusted(path)
+        for entry in dump["entries"]:
+            for frame in entry.get("frames") or []:
+                if "/torch/" not in frame["filename"]:
+                    frame["line"] += 1
+        target = moved / path.parent.name / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(pickle.dumps(dump, protocol=2))
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([tree], settings)
+    rows = [r for r in run(settings, "hangs") if {e["job"] for e in r["evidence"]} & {"job-223715", "job-moved"}]
+    assert len(rows) == 1, rows
+    assert rows[0]["attempts"] == 2 and rows[0]["jobs"] == 2 and len(rows[0]["exact_signatures"]) == 2

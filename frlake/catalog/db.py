@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 WRITE = "frlake_write"  # execution option of a session that will write
 # What reverting each migration throws away (``frlake db downgrade`` asks first).
 DOWNGRADE_LOSES: dict[str, str] = {
@@ -23,6 +23,7 @@ DOWNGRADE_LOSES: dict[str, str] = {
     "0003": "the rank lateness of every diagnosis (the slow-ranks report)",
     "0005": "the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
             "how each rejection was judged, and the list of retired files (they stay on disk)",
+    "0006": "the culprits' stall signatures (frlake rediagnose computes them again)",
 }
 
 

@@ -196,6 +196,7 @@ class CulpritRow(Base):
     op: Mapped[str | None] = mapped_column(String(64))
     lateness_ms: Mapped[float | None] = mapped_column(Float)
     stack_signature: Mapped[str | None] = mapped_column(String(64))
+    stall_signature: Mapped[str | None] = mapped_column(String(64))  # the user frames' names: survives code changes
     top_frame: Mapped[str | None] = mapped_column(Text)
 
 

@@ -26,7 +26,7 @@ from frlake.catalog.models import (
     SourceFile,
     StackId,
 )
-from frlake.diagnose.model import Diagnosis, stack_signature, top_frame
+from frlake.diagnose.model import Diagnosis, stack_signature, stall_signature, top_frame
 
 _FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank",
                  "options_key", "frlake_version")
@@ -367,7 +367,8 @@ class Catalog(LakeFiles, Lifecycle):
             s.add_all(
                 CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
                            role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
-                           stack_signature=stack_signature(c.stack), top_frame=top_frame(c.stack))
+                           stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
+                           top_frame=top_frame(c.stack))
                 for i, c in enumerate(diag.culprits)
             )
             s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)

@@ -147,19 +147,23 @@ SLOW_RANKS = f"""
     ORDER BY straggler_attempts DESC, attempts_affected DESC, lateness_ms DESC, rs.job, rs.rank, rs.host
 """
 
-# Historical hangs and mismatches, one line per stack signature of the root cause, so "the same stall in 14
-# jobs" is one line. The top frame is the same for every attempt of a signature (it is its stack's).
+# Historical hangs and mismatches, one line per stall signature of the root cause (its user frames' function
+# names, so a line moved by an edit or a torch upgrade is the same stall), so "the same stall in 14 jobs" is one
+# line; the exact signatures (files and lines) it groups are listed in it. Diagnoses stored before stall
+# signatures existed fall back to the exact one.
 HANGS = f"""
     WITH {_ATTEMPTS},
     h AS (
       SELECT c.*, att.started_ns AS att_started,
-             c.reason || ':' || coalesce(c.stack_signature, coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?')) AS signature
+             c.reason || ':' || coalesce(c.stall_signature, c.stack_signature,
+                                         coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?')) AS signature
       FROM culprits c JOIN att USING (job, attempt)
       WHERE c.position = 0 AND c.verdict IN ({_INCIDENTS})
     )
     SELECT signature, min(top_frame) AS top_frame, mode(reason ORDER BY reason) AS reason, mode(op ORDER BY op) AS op,
            mode(pg_desc ORDER BY pg_desc) AS pg_desc,
            count(*) AS attempts, count(DISTINCT job) AS jobs, list(DISTINCT host ORDER BY host) AS hosts,
+           list(DISTINCT stack_signature ORDER BY stack_signature) AS exact_signatures,
            make_timestamp(min(att_started) // 1000) AS first_seen, make_timestamp(max(att_started) // 1000) AS last_seen,
            list(struct_pack(started_at := make_timestamp(att_started // 1000), job := job, attempt := attempt,
                             verdict := verdict, pg := pg, pg_desc := pg_desc, seq := seq, op := op,
