@@ -67,7 +67,9 @@ def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, c
     lake = tmp_path / "lake"
     code = (
         "import resource, sys, json\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))\n"
+        # 3 GiB of address space: pyarrow's dataset module reserves about 1 GB of it and a DuckDB connection
+        # about 0.7 GB before either uses any; the memo bombs here would need tens of GB
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
         "from frlake.config import Settings\n"
         "from frlake import Frlake\n"
         f"s = Frlake(Settings.resolve({str(lake)!r})).ingest([{str(tmp_path / 'nfs')!r}])\n"

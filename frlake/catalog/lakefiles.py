@@ -149,18 +149,22 @@ class LakeFiles:
         and attempt, if ``partition`` is given), relative to the lake."""
         return [f.readable for f in self.committed_files(table, partition)]
 
-    def table_files(self, partition: tuple[str, int] | None = None) -> dict[str, list[str]]:
+    def table_files(self, partition: tuple[str, int] | None = None, *,
+                    final: bool = False) -> dict[str, list[str]]:
         """Where to read the committed Parquet files of every table, in one
         query: of one (job, attempt) ``partition`` for the partitioned tables
-        when given, and every file of the unpartitioned ``stacks``."""
-        q = select(LakeFile.table_name, LakeFile.path, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
+        when given, and every file of the unpartitioned ``stacks``.
+        ``final``: their final names (outside engines such as Spark skip
+        hidden names), for the files that are fully committed."""
+        statuses = ("committed",) if final else VISIBLE
+        q = select(LakeFile.table_name, LakeFile.path, LakeFile.hidden).where(LakeFile.status.in_(statuses))
         if partition is not None:
             q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
                         | LakeFile.job.is_(None))
         out: dict[str, list[str]] = {}
         with self.session() as s:
             for table, path, hidden in s.execute(q.order_by(LakeFile.id)):
-                out.setdefault(table, []).append(hidden_path(path) if hidden else path)
+                out.setdefault(table, []).append(hidden_path(path) if hidden and not final else path)
         return out
 
     def partition_file_counts(self, partitions: Iterable[tuple[str, int]] | None = None,

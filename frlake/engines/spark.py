@@ -93,7 +93,8 @@ def lake_table(spark: SparkSession, fl: Frlake, name: str, root: str | None = No
     base = (root or str(fl.lake.root)).rstrip("/")
     partitioned = name in schema.PARTITIONED
     fields = list(schema.TABLES[name]) + (schema.PARTITION_FIELDS if partitioned else [])
-    files = [f"{base}/{path}" for path in fl.catalog.table_files().get(name, ())]
+    # final names: Spark skips hidden ones, even listed by name
+    files = [f"{base}/{path}" for path in fl.catalog.table_files(final=True).get(name, ())]
     if not files:
         return spark.createDataFrame([], spark_schema(fields))
     # The partition columns' types come from this schema, their values from the folder names.

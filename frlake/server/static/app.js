@@ -11,6 +11,13 @@ function token() {
   return field.value || localStorage.getItem("frlake-token");
 }
 
+// the token is kept as it is typed, for this page's later requests and the next pages
+document.addEventListener("input", (event) => {
+  if (event.target && event.target.id === "token" && event.target.value) {
+    localStorage.setItem("frlake-token", event.target.value);
+  }
+});
+
 function authHeaders(extra) {
   const headers = Object.assign({}, extra || {});
   const t = token();
