@@ -66,10 +66,8 @@ class Retired:
 
 
 class LakeFiles:
-    """Mixed into :class:`frlake.catalog.store.Catalog` (``self.session``)."""
-
-    def session(self, write: bool = False):  # pragma: no cover - Catalog's
-        raise NotImplementedError
+    """Mixed into :class:`frlake.catalog.store.Catalog`, whose ``session``
+    (frlake.catalog.db.session_scope) these methods use."""
 
     # -- publication ----------------------------------------------------------
     def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:

@@ -56,10 +56,8 @@ def _path_condition(column, path: str):
 
 
 class Lifecycle:
-    """Mixed into :class:`frlake.catalog.store.Catalog` (``self.session``)."""
-
-    def session(self, write: bool = False):  # pragma: no cover - Catalog's
-        raise NotImplementedError
+    """Mixed into :class:`frlake.catalog.store.Catalog`, whose ``session``
+    (frlake.catalog.db.session_scope) these methods use."""
 
     def forget_plan(self, sel: ForgetSelector) -> ForgetPlan:
         """The dumps a selection holds, and which attempts lose all of them."""
