@@ -231,6 +231,43 @@ class Frlake:
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return stack_diff(con, job, attempt)
 
+    def arrivals(self, job: str, attempt: int | None = None, pg: str | None = None, *, last: int = 40,
+                 max_ranks: int = 256, seq: tuple[int | None, int | None] = (None, None),
+                 around: int | None = None) -> dict:
+        """Who arrived late or never at ``last`` collectives of one group
+        (:func:`frlake.query.attempt.arrivals`), centred on the stored
+        diagnosis' culprits and the ranks waiting for them."""
+        from frlake.query.attempt import arrivals
+
+        attempt = self._attempt_number(job, attempt)
+        diag = self.stored_diagnosis(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return {"job": job, "attempt": attempt,
+                    **arrivals(con, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],
+                               seq_to=seq[1], around=around)}
+
+    def trace(self, job: str, attempt: int | None = None, window=None) -> Iterator[str]:
+        """A window of the attempt as Chrome/Perfetto trace JSON, streamed
+        (:mod:`frlake.query.trace`); by default the culprits and their
+        neighbours, at most 100,000 events."""
+        from frlake.query.connect import connect
+        from frlake.query.trace import TraceWindow, trace_events
+
+        window = window or TraceWindow()
+        if window.max_events < 1:
+            raise FrlakeError("a trace needs a cap of at least 1 event")
+        attempt = self._attempt_number(job, attempt)
+        diag = self.stored_diagnosis(job, attempt)
+        con = connect(self.catalog, self.lake, catalog_views=(), partition=(job, attempt))
+
+        def stream() -> Iterator[str]:
+            try:
+                yield from trace_events(con, job, attempt, window, diag)
+            finally:
+                con.close()
+
+        return stream()
+
     # -- reports ----------------------------------------------------------------
     def report(self, name: str, window=None, limit: int | None = None, **params) -> list[dict]:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row

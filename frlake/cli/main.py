@@ -15,6 +15,7 @@ from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command
 from frlake.cli.report import report_command
 from frlake.cli.serve import serve_command
+from frlake.cli.trace import trace_command
 
 app = typer.Typer(
     name="frlake",
@@ -46,6 +47,7 @@ app.command("diagnose")(diagnose_command)
 app.command("rediagnose")(rediagnose_command)
 app.command("entries")(entries_command)
 app.command("report")(report_command)
+app.command("trace")(trace_command)
 app.command("serve")(serve_command)
 app.add_typer(db.app, name="db")
 

@@ -1,118 +1,214 @@
-"""One attempt seen closely: who arrived late or never arrived, and the
-attempt as a Chrome/Perfetto trace."""
+"""One attempt seen closely: who arrived late or never arrived, and where
+each group stands. At 16,384 ranks nothing here shows every rank: the views
+centre on the diagnosis' culprits and the ranks waiting for them."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+import bisect
+from collections.abc import Sequence
 
 import duckdb
 
+from frlake.diagnose.model import Culprit, Diagnosis
+
+MAX_GROUPS_LISTED = 64  # groups offered to pick from (the culprits' first, then the largest)
+
+
+def neighbourhood(members: Sequence[int], centre: Sequence[int], n: int) -> list[int]:
+    """At most ``n`` of the sorted ``members``: every member of ``centre``
+    first, then the members nearest to them in rank order (alternating
+    below and above), so a culprit at rank 12,000 comes with its neighbours
+    rather than with ranks 0-255."""
+    if len(members) <= n:
+        return list(members)
+    chosen: list[int] = []
+    seen: set[int] = set()
+    for r in centre:
+        if r not in seen and len(chosen) < n and _contains(members, r):
+            chosen.append(r)
+            seen.add(r)
+    anchors = [bisect.bisect_left(members, r) for r in chosen] or [0]
+    step = 0
+    while len(chosen) < n and step <= len(members):
+        for a in anchors:
+            for i in ((a - step, a + step) if step else (a,)):
+                if 0 <= i < len(members) and members[i] not in seen and len(chosen) < n:
+                    chosen.append(members[i])
+                    seen.add(members[i])
+        step += 1
+    return sorted(chosen)
+
+
+def _contains(sorted_list: Sequence[int], value: int) -> bool:
+    i = bisect.bisect_left(sorted_list, value)
+    return i < len(sorted_list) and sorted_list[i] == value
+
+
+def _culprit_dicts(culprits: Sequence[Culprit]) -> list[dict]:
+    return [{"rank": c.rank, "host": c.host, "role": c.role, "reason": c.reason, "pg": c.pg, "seq": c.seq,
+             "op": c.op, "waiters": c.waiters} for c in culprits]
+
+
+def _members(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str,
+             diagnosis: Diagnosis | None) -> list[int]:
+    """The group's members: the diagnosis has them (from every rank's
+    pg_config and what the ranks recorded); without one, the catalog's."""
+    if diagnosis is not None:
+        for g in diagnosis.groups:
+            if g.get("pg") == pg:
+                return sorted(g.get("ranks") or [])
+    params = {"job": job, "attempt": attempt, "pg": pg}
+    lists = con.execute(
+        "SELECT DISTINCT ranks FROM groups WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND ranks IS NOT NULL",
+        params,
+    ).fetchall()
+    seen = con.execute(
+        "SELECT DISTINCT rank FROM entries WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p",
+        params,
+    ).fetchall()
+    return sorted({r for (ranks,) in lists for r in ranks} | {r for (r,) in seen})
+
+
+def _groups_offered(con: duckdb.DuckDBPyConnection, job: str, attempt: int, culprit_pgs: list[str],
+                    diagnosis: Diagnosis | None) -> tuple[list[dict], int]:
+    """The groups a caller may pick, the culprits' first, then by size; and how many there are."""
+    if diagnosis is not None and diagnosis.groups:
+        groups = [(g["pg"], g.get("pg_desc"), len(g.get("ranks") or [])) for g in diagnosis.groups]
+    else:
+        groups = con.execute(
+            """SELECT pg_name, any_value(pg_desc), count(DISTINCT rank) FROM entries
+               WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name""",
+            {"job": job, "attempt": attempt},
+        ).fetchall()
+    first = {pg: i for i, pg in enumerate(culprit_pgs)}
+    groups.sort(key=lambda g: (first.get(g[0], len(first)), -g[2], g[0]))
+    return ([{"pg": pg, "pg_desc": desc, "size": size, "culprit": pg in first}
+             for pg, desc, size in groups[:MAX_GROUPS_LISTED]], len(groups))
+
 
 def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
-             last: int = 40, max_ranks: int = 256) -> dict:
-    """Lateness (ms after the first member) of each rank at the last ``last``
+             last: int = 40, max_ranks: int = 256, *, diagnosis: Diagnosis | None = None,
+             seq_from: int | None = None, seq_to: int | None = None, around: int | None = None) -> dict:
+    """Lateness (ms after the first member) of each rank at ``last``
     collectives of one process group, and who never arrived.
 
-    Without ``pg``: the group of the root culprit if there is one, else the
-    group with most members."""
-    params = {"job": job, "attempt": attempt}
+    The group: ``pg``, else the root culprit's, else the largest. The
+    collectives: ``seq_from``..``seq_to`` (the last ``last`` of them), or
+    ``last`` centred on ``around``, or by default the ``last`` up to the
+    culprit's sequence id (and a few after), else the last ones. The ranks
+    (at most ``max_ranks``): the culprits of the group and the members
+    nearest them, then the ranks that miss a collective of the window; with
+    no culprit, the ranks that miss one, then the lowest."""
+    culprits = list(diagnosis.culprits) if diagnosis is not None else _stored_culprits(con, job, attempt)
+    culprit_pgs = list(dict.fromkeys(c.pg for c in culprits if c.pg is not None))
     if pg is None:
-        row = con.execute(
-            "SELECT pg FROM culprits WHERE job = $job AND attempt = $attempt AND position = 0 AND pg IS NOT NULL",
-            params,
-        ).fetchone()
-        if row is None:
-            row = con.execute(
-                """SELECT pg_name FROM groups WHERE job = $job AND attempt = $attempt
-                   GROUP BY pg_name ORDER BY max(group_size) DESC, pg_name LIMIT 1""",
-                params,
-            ).fetchone()
-        if row is None:
-            row = con.execute(
-                """SELECT pg_name FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
-                   GROUP BY pg_name ORDER BY count(DISTINCT rank) DESC, pg_name LIMIT 1""",
-                params,
-            ).fetchone()
-        pg = row[0] if row else None
+        pg = culprit_pgs[0] if culprit_pgs else _largest_group(con, job, attempt)
+    groups, n_groups = _groups_offered(con, job, attempt, culprit_pgs, diagnosis)
+    empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "groups": groups,
+             "groups_total": n_groups, "culprits": [], "waiting": [], "focus": None, "members": 0,
+             "ranks_total": 0, "ranks_truncated": False, "seqs_total": 0, "seq_window": None, "t0_ns": None,
+             "created_ms": []}
     if pg is None:
-        return {"pg": None, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": []}
-    params |= {"pg": pg, "last": last}
-    rows = con.execute(
-        """
-        WITH e AS (
+        return empty
+    params = {"job": job, "attempt": attempt, "pg": pg}
+    in_pg = [c for c in culprits if c.pg == pg]
+    focus = in_pg[0] if in_pg else None
+    all_seqs = [s for (s,) in con.execute(
+        """SELECT DISTINCT collective_seq_id FROM entries WHERE job = $job AND attempt = $attempt AND pg_name = $pg
+           AND NOT is_p2p AND collective_seq_id IS NOT NULL ORDER BY 1""",
+        params,
+    ).fetchall()]
+    seqs = _seq_window(all_seqs, last, seq_from, seq_to, around, focus.seq if focus else None)
+    members = _members(con, job, attempt, pg, diagnosis)
+    if not seqs:
+        return {**empty, "members": len(members), "ranks_total": len(members)}
+    params |= {"lo": seqs[0], "hi": seqs[-1]}
+    window = """
+        e AS (
           SELECT rank, pg_desc, collective_seq_id AS seq, time_created_ns AS t FROM entries
           WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p
-        ), seqs AS (SELECT DISTINCT seq FROM e ORDER BY seq DESC LIMIT $last),
-        first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
-        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3)
-        FROM e JOIN seqs USING (seq) JOIN first USING (seq) GROUP BY e.rank, e.seq
+            AND collective_seq_id BETWEEN $lo AND $hi
+        )"""
+    # how many of the window's collectives each rank reached: the ranks that miss some stand out
+    reached = dict(con.execute(
+        f"WITH {window} SELECT rank, count(DISTINCT seq) FROM e GROUP BY rank", params).fetchall())
+    candidates = sorted(set(members) | set(reached))
+    centre = [c.rank for c in in_pg] + [r for r in candidates if reached.get(r, 0) < len(seqs)]
+    ranks = neighbourhood(candidates, centre, max_ranks)
+    rows = con.execute(
+        f"""
+        WITH {window}, first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
+        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3), min(e.t)
+        FROM e JOIN first USING (seq) WHERE e.rank IN (SELECT unnest($ranks::INTEGER[]))
+        GROUP BY e.rank, e.seq
         """,
-        params,
+        params | {"ranks": ranks},
     ).fetchall()
-    members = con.execute(
-        """SELECT list_distinct(flatten(list(ranks))) FROM groups
-           WHERE job = $job AND attempt = $attempt AND pg_name = $pg""",
-        {"job": job, "attempt": attempt, "pg": pg},
-    ).fetchone()[0] or []
-    seqs = sorted({r[1] for r in rows})
-    ranks = sorted(set(members) | {r[0] for r in rows})[:max_ranks]
-    desc = rows[0][2] if rows else None
-    grid = {(r[0], r[1]): r[3] for r in rows}
-    late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]
+    t0 = con.execute(f"WITH {window} SELECT min(t), any_value(pg_desc) FROM e", params).fetchone()
+    grid = {(r[0], r[1]): r for r in rows}
+    late = [[grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs] for rank in ranks]
+    created = [[round((grid[(rank, seq)][4] - t0[0]) / 1e6, 3) if (rank, seq) in grid and t0[0] is not None
+                else None for seq in seqs] for rank in ranks]
     missing = [[rank, seq] for rank in ranks for seq in seqs if (rank, seq) not in grid]
-    return {"pg": pg, "pg_desc": desc, "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing}
+    shown = set(ranks)
+    waiting = sorted(r for r in ranks if focus is not None and focus.seq is not None and (r, focus.seq) in grid
+                     and r not in {c.rank for c in in_pg})
+    return {
+        "pg": pg, "pg_desc": t0[1], "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing,
+        "groups": groups, "groups_total": n_groups,
+        "culprits": [c for c in _culprit_dicts(in_pg) if c["rank"] in shown],
+        "waiting": waiting,
+        "focus": None if focus is None else {"rank": focus.rank, "pg": focus.pg, "seq": focus.seq, "op": focus.op},
+        "members": len(members), "ranks_total": len(candidates), "ranks_truncated": len(ranks) < len(candidates),
+        "seqs_total": len(all_seqs), "seq_window": [seqs[0], seqs[-1]], "t0_ns": t0[0], "created_ms": created,
+    }
 
 
-def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch: int = 50_000) -> Iterator[str]:
-    """The attempt as Chrome trace JSON (opens in Perfetto or chrome://tracing):
-    one process per rank, one track per process group, an ``X`` event per
-    entry. Streamed in pieces, so a 1,000-rank attempt never sits in memory."""
+def _seq_window(all_seqs: list[int], last: int, lo: int | None, hi: int | None, around: int | None,
+                focus_seq: int | None) -> list[int]:
+    """``last`` sequence ids of the group: in [lo, hi] (the last ones), centred on ``around``,
+    else ending a little after the culprit's, else the last ones."""
+    if lo is not None or hi is not None:
+        inside = [s for s in all_seqs if (lo is None or s >= lo) and (hi is None or s <= hi)]
+        return inside[-last:]
+    centre = around if around is not None else focus_seq
+    if centre is None:
+        return all_seqs[-last:]
+    after = last // 2 if around is not None else min(last // 4, 4)
+    i = bisect.bisect_right(all_seqs, centre)
+    end = min(len(all_seqs), i + after)
+    start = max(0, end - last)
+    return all_seqs[start:max(end, min(len(all_seqs), start + last))]
+
+
+def _stored_culprits(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[Culprit]:
+    """Without a diagnosis at hand: the catalog's culprits view, if the connection has it."""
+    try:
+        rows = con.execute(
+            """SELECT rank, host, reason, role, pg, pg_desc, seq, op FROM culprits
+               WHERE job = $job AND attempt = $attempt ORDER BY position""",
+            {"job": job, "attempt": attempt},
+        ).fetchall()
+    except duckdb.CatalogException:
+        return []
+    return [Culprit(rank=r, host=h, reason=reason, role=role, pg=pg, pg_desc=d, seq=s, op=op)
+            for r, h, reason, role, pg, d, s, op in rows]
+
+
+def _largest_group(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> str | None:
     params = {"job": job, "attempt": attempt}
-    yield '{"displayTimeUnit": "ms", "traceEvents": [\n'
-    first = True
-    meta = con.execute(
-        """SELECT rank, any_value(host), list(DISTINCT coalesce(pg_desc, '') || ':' || pg_name ORDER BY 1)
-           FROM entries WHERE job = $job AND attempt = $attempt GROUP BY rank ORDER BY rank""",
+    row = con.execute(
+        """SELECT pg_name FROM groups WHERE job = $job AND attempt = $attempt
+           GROUP BY pg_name ORDER BY max(group_size) DESC, pg_name LIMIT 1""",
         params,
-    ).fetchall()
-    tracks: dict[tuple[int, str], int] = {}
-    for rank, host, groups in meta:
-        events = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank} ({host})"}},
-                  {"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}}]
-        for tid, label in enumerate(groups, 1):
-            tracks[(rank, label.split(":", 1)[1])] = tid
-            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": f"pg {label}"}})
-        for ev in events:
-            yield ("" if first else ",\n") + json.dumps(ev)
-            first = False
-    cur = con.execute(
-        """
-        SELECT rank, pg_name, profiling_name, collective_seq_id, p2p_seq_id, state, time_created_ns,
-               coalesce(duration_ms * 1000,
-                        (time_discovered_completed_ns - time_created_ns) / 1000,
-                        (lead(time_created_ns) OVER (PARTITION BY rank ORDER BY entry_index) - time_created_ns) / 1000,
-                        1) AS dur_us,
-               input_sizes::VARCHAR, input_dtypes::VARCHAR, record_id
-        FROM entries WHERE job = $job AND attempt = $attempt ORDER BY rank, entry_index
-        """,
-        params,
-    )
-    while True:
-        rows = cur.fetchmany(batch)
-        if not rows:
-            break
-        parts = []
-        for rank, pg, name, seq, p2p_seq, state, t, dur, sizes, dtypes, record in rows:
-            parts.append(json.dumps({
-                "ph": "X", "name": name, "cat": state or "", "pid": rank, "tid": tracks.get((rank, pg), 0),
-                "ts": t / 1000 if t is not None else 0, "dur": max(float(dur or 1), 1.0),
-                "args": {"pg": pg, "seq": seq, "p2p_seq": p2p_seq, "state": state, "sizes": sizes, "dtypes": dtypes,
-                         "record_id": record},
-            }))
-        yield ("" if first else ",\n") + ",\n".join(parts)
-        first = False
-    yield "\n]}\n"
+    ).fetchone()
+    if row is None:
+        row = con.execute(
+            """SELECT pg_name FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
+               GROUP BY pg_name ORDER BY count(DISTINCT rank) DESC, pg_name LIMIT 1""",
+            params,
+        ).fetchone()
+    return row[0] if row else None
 
 
 def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:

@@ -8,11 +8,20 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
-from frlake.query.attempt import arrivals, perfetto_trace, progress
+from frlake.query.attempt import progress
 from frlake.query.reports import REPORTS
 from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, entry_filter, int_arg, known_attempt, list_attempts_args, window
+from frlake.server.params import (
+    arrivals_view,
+    diagnosis,
+    entry_filter,
+    int_arg,
+    known_attempt,
+    list_attempts_args,
+    trace_window,
+    window,
+)
 
 bp = Blueprint("api", __name__)
 
@@ -98,24 +107,15 @@ def attempt_entries(job: str, attempt: int):
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")
 def attempt_arrivals(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, int_arg("last", 40, 1, 500)))
+    return jsonify(arrivals_view(job, attempt))
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/trace")
 def attempt_trace(job: str, attempt: int):
     known_attempt(job, attempt)
-    from frlake.query.connect import connect
-
-    con = connect(catalog(), session().lake, catalog_views=())  # the stream outlives the request's g
-
-    def body():
-        try:
-            yield from perfetto_trace(con, job, attempt)
-        finally:
-            con.close()
-
+    stream = session().trace(job, attempt, trace_window())  # its own connection: the stream outlives the request's g
     name = f"{job}-attempt-{attempt}.trace.json".replace('"', "")
-    return Response(stream_with_context(body()), mimetype="application/json",
+    return Response(stream_with_context(stream), mimetype="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 

@@ -9,7 +9,7 @@ from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, host_history
 from frlake.server.context import catalog, config, lake, session
 from frlake.server.errors import ApiError
-from frlake.server.params import diagnosis, entry_filter, known_attempt, list_attempts_args, window
+from frlake.server.params import arrivals_view, diagnosis, entry_filter, known_attempt, list_attempts_args, window
 
 bp = Blueprint("ui", __name__)
 
@@ -33,7 +33,8 @@ def attempt(job: str, attempt: int):
     from frlake.query.attempt import progress
 
     d = diagnosis(job, attempt).to_dict()
-    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt))
+    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt),
+                           arrivals=arrivals_view(job, attempt), view_args=request.args.to_dict())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
