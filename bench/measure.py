@@ -29,7 +29,7 @@ class TreeRun:
     """What :func:`run_tree_measured` saw of a command and every process it started."""
 
     seconds: float
-    cpu_s: float  # user + sys of the whole tree (wait4 of the child, which waited for its own children)
+    cpu_s: float  # user + sys of the whole tree: wait4's, or the sum over every process sampled, if larger
     peak_rss_mb: float  # the largest sum of RSS over the tree at one instant (counts shared pages twice)
     peak_pss_mb: float  # the same with PSS (shared pages split between the processes that share them)
     peak_one_mb: float  # ru_maxrss: the largest single process
@@ -48,6 +48,19 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of one process (its own, not its children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def _memory_kb(pid: int) -> tuple[int, int]:
     rss = pss = 0
     try:
@@ -64,9 +77,11 @@ def _memory_kb(pid: int) -> tuple[int, int]:
 
 def run_tree_measured(cmd: list[str], env: dict | None = None, cwd: str | None = None,
                       interval: float = 0.1) -> TreeRun:
-    """Run ``cmd``; sample the memory of it and all its descendants every
-    ``interval`` seconds, and take the tree's CPU time from wait4."""
+    """Run ``cmd``; sample the memory and CPU time of it and all its
+    descendants every ``interval`` seconds (a pool's workers are children of
+    a forkserver, which wait4 of the command may never account for)."""
     peak = {"rss": 0, "pss": 0}
+    cpu: dict[int, float] = {}
     done = threading.Event()
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
@@ -83,6 +98,7 @@ def run_tree_measured(cmd: list[str], env: dict | None = None, cwd: str | None =
                 for p in tree:
                     r, s = _memory_kb(p)
                     rss, pss = rss + r, pss + s
+                    cpu[p] = max(cpu.get(p, 0.0), _cpu_s(p))
                 peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
                 done.wait(interval)
 
@@ -94,5 +110,5 @@ def run_tree_measured(cmd: list[str], env: dict | None = None, cwd: str | None =
         sampler.join()
         out.seek(0)
         text = out.read().decode(errors="replace")
-    return TreeRun(seconds, usage.ru_utime + usage.ru_stime, peak["rss"] / 1024, peak["pss"] / 1024,
+    return TreeRun(seconds, max(usage.ru_utime + usage.ru_stime, sum(cpu.values())), peak["rss"] / 1024, peak["pss"] / 1024,
                    usage.ru_maxrss / 1024, text, os.waitstatus_to_exitcode(status))

@@ -33,6 +33,9 @@ from frlake.errors import FrlakeError
 from frlake.lake import Lake
 
 log = logging.getLogger("frlake")
+# DuckDB's memory for one diagnosis; beyond it, its temporary tables spill to disk. With Python and the
+# catalog this keeps a 16,384-rank diagnosis under 1 GB (bench/bench_scale.py).
+ANALYSIS_MEMORY = "700MB"
 
 
 class NoLake(FrlakeError):
@@ -96,14 +99,27 @@ class Frlake:
         return con
 
     @contextmanager
-    def _connection(self, **kwargs) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _connection(self, *, bounded: bool = False, **kwargs) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for one piece of frlake's own work. ``bounded``: at
+        most ``ANALYSIS_MEMORY`` of DuckDB memory, the rest spilled to a
+        private temporary folder (a 16,384-rank attempt holds 16M entries)."""
+        import shutil
+        import tempfile
+
         from frlake.query.connect import connect
 
         con = connect(self.catalog, self.lake, **kwargs)
+        spill = None
         try:
+            if bounded:
+                spill = tempfile.mkdtemp(prefix="frlake-duckdb-")
+                con.execute(f"SET memory_limit = '{ANALYSIS_MEMORY}'")
+                con.execute("SET temp_directory = " + "'" + spill.replace("'", "''") + "'")
             yield con
         finally:
             con.close()
+            if spill is not None:
+                shutil.rmtree(spill, ignore_errors=True)
 
     def sandbox(self, limits=None):
         """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it)."""
@@ -200,7 +216,7 @@ class Frlake:
         diagnosis costs the same however long the history is."""
         from frlake.diagnose.analyze import diagnose_attempt
 
-        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+        with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             return diagnose_attempt(con, job, attempt)
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:

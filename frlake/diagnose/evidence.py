@@ -147,12 +147,13 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
             wrapped.add(rank)
     members: dict[str, set[int]] = {}
     desc: dict[str, str | None] = {}
+    # Each distinct rank list once: every rank of a 16,384-rank job lists the world's 16,384 ranks, and
+    # unnesting them all (268M rows) cost more than the rest of the diagnosis.
     for pg, pg_desc, ranks in con.execute(
         f"""
-        SELECT pg_name, any_value(pg_desc), list(DISTINCT r) FROM (
-          SELECT pg_name, pg_desc, unnest(ranks) AS r FROM groups
-          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND ranks IS NOT NULL
-        ) GROUP BY pg_name
+        SELECT pg_name, any_value(pg_desc), any_value(ranks) FROM groups
+        WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND ranks IS NOT NULL
+        GROUP BY pg_name, group_size, hash(ranks)
         """,
         params,
     ).fetchall():

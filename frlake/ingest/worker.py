@@ -13,6 +13,7 @@ import math
 import os
 import resource
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits, ParsedDump, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.sources import Source, read_regular_file
-from frlake.lake import Lake, new_part_name
+from frlake.lake import Lake, compress_raw, new_part_name
 
 
 @dataclass(frozen=True)
@@ -190,8 +191,25 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
         data, sha = _read(src, ctx.limits, result)
         loaded.append((src, data, sha))
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
-    now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
+    with ThreadPoolExecutor(max_workers=1) as io:  # raw copies written while the next dump is read
+        writes = [io.submit(lake.put_raw, sha, blob) for sha, blob in _ingest_loaded(ctx, lake, resolver, loaded,
+                                                                                    known, result, per_partition)]
+        for w in writes:
+            w.result()  # a raw copy that cannot be written fails the batch, as before: nothing is committed
+    for (job, attempt), tables in per_partition.items():
+        for name, parts in tables.items():
+            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
+            staged, size = lake.stage_table(table)
+            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
+    return result
+
+
+def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, loaded: list, known: set[str],
+                   result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
+    """Read each loaded file; yield (sha256, compressed bytes) of every raw copy to write."""
+    now = datetime.now(UTC)
     seen: set[str] = set()
     for src, data, sha in loaded:
         if data is None:
@@ -213,7 +231,8 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
                 f"frlake failed on this file ({type(exc).__module__}.{type(exc).__name__}); please report it")
         else:
             seen.add(sha)
-            lake.store_raw(sha, data)
+            if not lake.raw_path(sha).exists():
+                yield sha, compress_raw(data)
             ident, parsed = dump.ident, dump.parsed
             tables = per_partition.setdefault((ident.job, ident.attempt), {})
             for name, table in dump.tables.items():
@@ -230,13 +249,6 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             )
             continue
         result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", reason, safe_text(detail)))
-    for (job, attempt), tables in per_partition.items():
-        for name, parts in tables.items():
-            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
-            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            staged, size = lake.stage_table(table)
-            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
-    return result
 
 
 def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data: bytes, sha: str,
