@@ -247,16 +247,25 @@ class Frlake:
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return stack_diff(con, job, attempt)
 
+    def progress(self, job: str, attempt: int | None = None, pgs=None) -> list[dict]:
+        """Per process group (all, or ``pgs``) and rank: the last sequence id
+        enqueued, started and completed (:func:`frlake.query.attempt.progress`)."""
+        from frlake.query.attempt import progress
+
+        attempt = self._attempt_number(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return progress(con, job, attempt, pgs)
+
     def arrivals(self, job: str, attempt: int | None = None, pg: str | None = None, *, last: int = 40,
                  max_ranks: int = 256, seq: tuple[int | None, int | None] = (None, None),
-                 around: int | None = None) -> dict:
+                 around: int | None = None, diagnosis: Diagnosis | None = None) -> dict:
         """Who arrived late or never at ``last`` collectives of one group
         (:func:`frlake.query.attempt.arrivals`), centred on the stored
         diagnosis' culprits and the ranks waiting for them."""
         from frlake.query.attempt import arrivals
 
         attempt = self._attempt_number(job, attempt)
-        diag = self.stored_diagnosis(job, attempt)
+        diag = diagnosis or self.stored_diagnosis(job, attempt)
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return {"job": job, "attempt": attempt,
                     **arrivals(con, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],

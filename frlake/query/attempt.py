@@ -130,8 +130,11 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
             AND collective_seq_id BETWEEN $lo AND $hi
         )"""
     # how many of the window's collectives each rank reached: the ranks that miss some stand out
-    reached = dict(con.execute(
-        f"WITH {window} SELECT rank, count(DISTINCT seq) FROM e GROUP BY rank", params).fetchall())
+    per_rank = con.execute(
+        f"WITH {window} SELECT rank, count(DISTINCT seq), min(t), min(pg_desc) FROM e GROUP BY rank", params).fetchall()
+    reached = {r: n for r, n, _, _ in per_rank}
+    starts = [t for _, _, t, _ in per_rank if t is not None]
+    t0 = (min(starts) if starts else None, min((d for *_, d in per_rank if d is not None), default=None))
     candidates = sorted(set(members) | set(reached))
     centre = [c.rank for c in in_pg] + [r for r in candidates if reached.get(r, 0) < len(seqs)]
     ranks = neighbourhood(candidates, centre, max_ranks)
@@ -144,7 +147,6 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
         """,
         params | {"ranks": ranks},
     ).fetchall()
-    t0 = con.execute(f"WITH {window} SELECT min(t), any_value(pg_desc) FROM e", params).fetchone()
     grid = {(r[0], r[1]): r for r in rows}
     late = [[grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs] for rank in ranks]
     created = [[round((grid[(rank, seq)][4] - t0[0]) / 1e6, 3) if (rank, seq) in grid and t0[0] is not None
@@ -211,7 +213,17 @@ def _largest_group(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> st
     return row[0] if row else None
 
 
-def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
+def page_groups(groups: list[dict], culprits: Sequence[dict], limit: int = 200) -> list[dict]:
+    """The groups a page lists when there are thousands (16,384 ranks make
+    ~10,000): the culprits' groups, then those with ranks behind, then the
+    largest; at most ``limit``."""
+    first = {c.get("pg"): i for i, c in enumerate(culprits) if c.get("pg") is not None}
+    ranked = sorted(groups, key=lambda g: (first.get(g["pg"], len(first)), not g.get("behind"),
+                                           -len(g.get("ranks") or ()), g["pg"]))
+    return ranked[:limit]
+
+
+def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pgs: Sequence[str] | None = None) -> list[dict]:
     """Per process group and rank: the last collective sequence id enqueued,
     started and completed (from the entries, and from pg_status where the
     dump has it), so a stalled group shows who is behind."""
@@ -222,7 +234,9 @@ def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dic
                  max(collective_seq_id) AS last_enqueued,
                  max(collective_seq_id) FILTER (WHERE state IN ('started', 'completed')) AS last_started,
                  max(collective_seq_id) FILTER (WHERE state = 'completed') AS last_completed
-          FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name, rank
+          FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
+            AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], pg_name))
+          GROUP BY pg_name, rank
         )
         SELECT e.pg_name, e.pg_desc, e.rank, e.host,
                greatest(e.last_enqueued, s.last_enqueued_collective) AS last_enqueued,
@@ -232,7 +246,7 @@ def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dic
           ON s.job = $job AND s.attempt = $attempt AND s.rank = e.rank AND s.pg_id = e.pg_id::VARCHAR
         ORDER BY e.pg_desc, e.pg_name, e.rank
         """,
-        {"job": job, "attempt": attempt},
+        {"job": job, "attempt": attempt, "pgs": None if pgs is None else list(pgs)},
     ).fetchall()
     groups: dict[str, dict] = {}
     for pg, desc, rank, host, enq, started, completed in rows:

@@ -8,7 +8,6 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
-from frlake.query.attempt import progress
 from frlake.query.reports import REPORTS
 from frlake.server.context import catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
@@ -83,13 +82,13 @@ def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
     d = diagnosis(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": progress(lake(), job, attempt)})
+                    "diagnosis": d.to_dict(), "progress": session().progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
 def attempt_progress(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify({"job": job, "attempt": attempt, "groups": progress(lake(), job, attempt)})
+    return jsonify({"job": job, "attempt": attempt, "groups": session().progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")

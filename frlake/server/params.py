@@ -89,7 +89,7 @@ def rank_list(name: str = "ranks") -> tuple[int, ...] | None:
     return tuple(sorted(set(ranks))) or None
 
 
-def arrivals_view(job: str, attempt: int) -> dict:
+def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict:
     """The arrivals of one group: ?pg=NAME, ?last=N, and ?seq=A:B or ?around=N."""
     from frlake.query.entries import EntryFilter
 
@@ -102,7 +102,7 @@ def arrivals_view(job: str, attempt: int) -> dict:
         raise ApiError(400, "bad_request", "give 'seq' or 'around', not both")
     return session().arrivals(job, attempt, request.args.get("pg") or None, last=int_arg("last", 40, 1, 500),
                               max_ranks=int_arg("max_ranks", 256, 1, 2048), seq=seq,
-                              around=int_arg("around", 0, 0, 2**62) if around else None)
+                              around=int_arg("around", 0, 0, 2**62) if around else None, diagnosis=diag)
 
 
 def trace_window():

@@ -12,6 +12,7 @@ from frlake.server.errors import ApiError
 from frlake.server.params import arrivals_view, diagnosis, entry_filter, known_attempt, list_attempts_args, window
 
 bp = Blueprint("ui", __name__)
+PROGRESS_GROUPS = 32  # groups whose per-rank progress the attempt page details
 
 
 @bp.app_context_processor
@@ -30,11 +31,15 @@ def jobs():
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
 def attempt(job: str, attempt: int):
-    from frlake.query.attempt import progress
+    from frlake.query.attempt import page_groups
 
-    d = diagnosis(job, attempt).to_dict()
-    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=progress(lake(), job, attempt),
-                           arrivals=arrivals_view(job, attempt), view_args=request.args.to_dict())
+    diag = diagnosis(job, attempt)
+    d = diag.to_dict()
+    # thousands of groups at 16,384 ranks: the page lists the culprits' groups first, then those behind
+    d["groups_total"], d["groups"] = len(d["groups"]), page_groups(d["groups"], d["culprits"])
+    shown = [g["pg"] for g in d["groups"][:PROGRESS_GROUPS]]
+    return render_template("attempt.html", job=job, attempt=attempt, d=d, progress=session().progress(job, attempt, shown),
+                           arrivals=arrivals_view(job, attempt, diag), view_args=request.args.to_dict())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
