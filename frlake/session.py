@@ -33,6 +33,9 @@ from frlake.errors import FrlakeError
 from frlake.lake import Lake
 
 log = logging.getLogger("frlake")
+# DuckDB's memory for one diagnosis; beyond it, its temporary tables spill to disk. With Python and the
+# catalog this keeps a 16,384-rank diagnosis under 1 GB (bench/bench_scale.py).
+ANALYSIS_MEMORY = "700MB"
 
 
 class NoLake(FrlakeError):
@@ -96,14 +99,27 @@ class Frlake:
         return con
 
     @contextmanager
-    def _connection(self, **kwargs) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _connection(self, *, bounded: bool = False, **kwargs) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for one piece of frlake's own work. ``bounded``: at
+        most ``ANALYSIS_MEMORY`` of DuckDB memory, the rest spilled to a
+        private temporary folder (a 16,384-rank attempt holds 16M entries)."""
+        import shutil
+        import tempfile
+
         from frlake.query.connect import connect
 
         con = connect(self.catalog, self.lake, **kwargs)
+        spill = None
         try:
+            if bounded:
+                spill = tempfile.mkdtemp(prefix="frlake-duckdb-")
+                con.execute(f"SET memory_limit = '{ANALYSIS_MEMORY}'")
+                con.execute("SET temp_directory = " + "'" + spill.replace("'", "''") + "'")
             yield con
         finally:
             con.close()
+            if spill is not None:
+                shutil.rmtree(spill, ignore_errors=True)
 
     def sandbox(self, limits=None):
         """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it)."""
@@ -247,7 +263,7 @@ class Frlake:
         if complete is None:
             stored = self.catalog.diagnosis(job, attempt)
             complete = bool(stored and stored.complete)
-        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+        with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             return diagnose_attempt(con, job, attempt, complete=complete)
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
@@ -277,6 +293,52 @@ class Frlake:
         attempt = self._attempt_number(job, attempt)
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return stack_diff(con, job, attempt)
+
+    def progress(self, job: str, attempt: int | None = None, pgs=None) -> list[dict]:
+        """Per process group (all, or ``pgs``) and rank: the last sequence id
+        enqueued, started and completed (:func:`frlake.query.attempt.progress`)."""
+        from frlake.query.attempt import progress
+
+        attempt = self._attempt_number(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return progress(con, job, attempt, pgs)
+
+    def arrivals(self, job: str, attempt: int | None = None, pg: str | None = None, *, last: int = 40,
+                 max_ranks: int = 256, seq: tuple[int | None, int | None] = (None, None),
+                 around: int | None = None, diagnosis: Diagnosis | None = None) -> dict:
+        """Who arrived late or never at ``last`` collectives of one group
+        (:func:`frlake.query.attempt.arrivals`), centred on the stored
+        diagnosis' culprits and the ranks waiting for them."""
+        from frlake.query.attempt import arrivals
+
+        attempt = self._attempt_number(job, attempt)
+        diag = diagnosis or self.stored_diagnosis(job, attempt)
+        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+            return {"job": job, "attempt": attempt,
+                    **arrivals(con, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],
+                               seq_to=seq[1], around=around)}
+
+    def trace(self, job: str, attempt: int | None = None, window=None) -> Iterator[str]:
+        """A window of the attempt as Chrome/Perfetto trace JSON, streamed
+        (:mod:`frlake.query.trace`); by default the culprits and their
+        neighbours, at most 100,000 events."""
+        from frlake.query.connect import connect
+        from frlake.query.trace import TraceWindow, trace_events
+
+        window = window or TraceWindow()
+        if window.max_events < 1:
+            raise FrlakeError("a trace needs a cap of at least 1 event")
+        attempt = self._attempt_number(job, attempt)
+        diag = self.stored_diagnosis(job, attempt)
+        con = connect(self.catalog, self.lake, catalog_views=(), partition=(job, attempt))
+
+        def stream() -> Iterator[str]:
+            try:
+                yield from trace_events(con, job, attempt, window, diag)
+            finally:
+                con.close()
+
+        return stream()
 
     # -- reports ----------------------------------------------------------------
     def report(self, name: str, window=None, limit: int | None = None, **params) -> list[dict]:

@@ -4,6 +4,7 @@ server (`frlake serve`, waitress) over a lake ingested from the corpus."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -303,13 +304,34 @@ def test_the_attempt_page_explains_the_incident(server, page):
     options = page.locator("#arrivals-group option")
     assert options.count() >= 3
     _shot(page, "attempt")
-    other = options.nth(0).get_attribute("value")
+    assert "culprit" in options.nth(0).inner_text()  # the culprits' groups are offered first
+    assert options.nth(0).get_attribute("value") == page.locator("#arrivals-group").input_value()
+    sizes = [int(re.search(r"\((\d+) ranks\)", options.nth(i).inner_text()).group(1)) for i in range(options.count())]
+    other = options.nth(sizes.index(max(sizes))).get_attribute("value")  # the largest group
     page.select_option("#arrivals-group", other)
     page.wait_for_function(f"() => document.getElementById('arrivals').dataset.loaded === {other!r}")
     assert len(page.evaluate("() => Chart.getChart(document.getElementById('arrivals')).options.scales.y.labels")) == 8
     page.goto(server + "/jobs/job-65a07f/attempts/0")  # a straggler: values on an absolute scale
     page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
     _shot(page, "attempt-straggler")
+
+
+def test_the_attempt_page_picks_a_window_of_sequence_ids(server, page):
+    page.goto(server + "/jobs/job-f70c5d/attempts/0")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    shown = page.evaluate("() => JSON.parse(document.getElementById('arrivals-data').textContent)")
+    assert shown["focus"]["rank"] == 5 and 5 in shown["ranks"] and len(shown["seqs"]) >= 2
+    assert f"centred on rank 5 at sequence id {shown['focus']['seq']}" in page.locator("#arrivals-shown").inner_text()
+    lo, hi = shown["seqs"][0], shown["seqs"][1]
+    page.fill("#arrivals-seq", f"{lo}:{hi}")
+    page.click("#arrivals-window button[type=submit]")
+    page.wait_for_url(f"**seq={lo}%3A{hi}**")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    labels = page.evaluate("() => Chart.getChart(document.getElementById('arrivals')).options.scales.x.labels")
+    assert labels == [str(lo), str(hi)]
+    assert f"sequence ids {lo}-{hi}, 2 of" in page.locator("#arrivals-shown").inner_text()
+    assert page.locator("#arrivals-seq").input_value() == f"{lo}:{hi}"
+    _shot(page, "attempt-seq-window")
 
 
 def test_host_page_and_no_data_states(server, page):

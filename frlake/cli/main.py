@@ -17,6 +17,7 @@ from frlake.cli.ingest import ingest_command
 from frlake.cli.query import files_command, query_command, query_help
 from frlake.cli.report import report_command
 from frlake.cli.serve import serve_command
+from frlake.cli.trace import trace_command
 
 app = typer.Typer(
     name="frlake",
@@ -64,6 +65,7 @@ app.command("entries")(entries_command)
 app.command("report")(report_command)
 app.command("forget")(forget_command)
 app.command("compact")(compact_command)
+app.command("trace")(trace_command)
 app.command("serve")(serve_command)
 app.add_typer(db.app, name="db")
 

@@ -167,11 +167,12 @@ def _progress(ev: Evidence) -> list[dict]:
     for pg, ranks in sorted(ev.members.items(), key=lambda kv: (ev.name(kv[0]), kv[1])):
         last = {r: ev.last_seq.get((r, pg)) for r in ranks}
         known = [s for s in last.values() if s is not None]
+        frontier = max(known) if known else None  # once per group: a 16,384-rank group made it quadratic
         out.append({
             "pg": ev.name(pg), "pg_desc": ev.desc.get(pg), "ranks": ranks,
             "last_enqueued": {str(r): s for r, s in last.items()},
-            "frontier": max(known) if known else None,
-            "behind": sorted(r for r, s in last.items() if known and (s is None or s < max(known))),
+            "frontier": frontier,
+            "behind": sorted(r for r, s in last.items() if known and (s is None or s < frontier)),
         })
     return out
 

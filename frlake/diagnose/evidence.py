@@ -233,19 +233,22 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
             wrapped.add(rank)
     members: dict[str, set[int]] = {}
     desc: dict[str, str | None] = {}
+    # Each distinct rank list once: every rank of a 16,384-rank job lists the world's 16,384 ranks, and
+    # unnesting them all (268M rows) cost more than the rest of the diagnosis.
     group = "coalesce(k.pg, c.pg_name)" if split else "c.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = c.rank AND k.pg_name = c.pg_name" if split else ""
     for pg, pg_desc, ranks in con.execute(
         f"""
-        SELECT {group}, min(c.pg_desc), list(DISTINCT c.r ORDER BY c.r) FROM (
-          SELECT rank, pg_name, pg_desc, unnest(ranks) AS r FROM groups
-          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND ranks IS NOT NULL
-        ) c {keys} GROUP BY ALL
+        SELECT {group}, min(c.pg_desc), any_value(c.ranks) FROM groups c {keys}
+        WHERE c.job = $job AND c.attempt = $attempt AND c.dump_id IN (SELECT dump_id FROM {rel.dumps})
+          AND c.ranks IS NOT NULL
+        GROUP BY {group}, c.group_size, hash(c.ranks)
         """,
         params,
     ).fetchall():
         members.setdefault(pg, set()).update(ranks)
-        desc[pg] = pg_desc
+        if pg not in desc or (pg_desc is not None and (desc[pg] is None or pg_desc < desc[pg])):
+            desc[pg] = pg_desc  # the least of the lists' descriptions, whatever order the rows come in
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
         f"SELECT rank, pg_name, min(pg_desc), min(seq), max(seq) FROM {rel.calls} GROUP BY ALL"

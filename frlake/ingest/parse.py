@@ -15,6 +15,7 @@ types of known fields are checked by Arrow's converters.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -131,12 +132,31 @@ def _identity(top: dict, limits: Limits) -> dict[str, object]:
 
 def _parse_ranks(raw: object) -> list[int] | None:
     if isinstance(raw, str):
+        if len(raw) >= _RANKS_CACHE_MIN:
+            return _parse_ranks_text(raw)
         try:
             raw = json.loads(raw)
         except ValueError:
             return None
     if isinstance(raw, (list, tuple)) and set(map(type, raw)) <= {int}:
         return list(raw)
+    return None
+
+
+# Every rank of a 16,384-rank job lists the world group's 16,384 ranks as one
+# ~100 KB string: a worker parses and checks each distinct string once.
+_RANKS_CACHE_MIN = 4096
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_ranks_text(raw: str) -> list[int] | None:
+    try:
+        ranks = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(ranks, list) and set(map(type, ranks)) <= {int} and len(ranks) < 2**31:
+        ints_in_range(ranks, "pg_config ranks", 1 << 31)
+        return ranks
     return None
 
 
@@ -165,7 +185,7 @@ def _groups(pg_config: object, budget: Budget, limits: Limits) -> list[dict]:
         ranks = _parse_ranks(raw)
         if ranks is not None and len(ranks) >= 2**31:
             ranks = None
-        if ranks:
+        if ranks and not (isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN):  # else checked once, cached
             ints_in_range(ranks, "pg_config ranks", 1 << 31)
         groups.append(
             {

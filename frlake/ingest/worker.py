@@ -13,6 +13,7 @@ import math
 import os
 import resource
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, 
 from frlake.ingest.parse import Limits, ParsedDump, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.sources import Source, read_regular_file
-from frlake.lake import Lake, new_part_name
+from frlake.lake import Lake, compress_raw, new_part_name
 
 
 @dataclass(frozen=True)
@@ -198,9 +199,33 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     # byte-identical, and each is a snapshot of its own)
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
-    live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
-    now = datetime.now(UTC)
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
+    with ThreadPoolExecutor(max_workers=1) as io:  # raw copies written while the next dump is read
+        writes = [io.submit(lake.put_raw, key, blob) for key, blob in _ingest_loaded(ctx, lake, resolver, loaded,
+                                                                                    known, result, per_partition)]
+        for w in writes:
+            w.result()  # a raw copy that cannot be written fails the batch, as before: nothing is committed
+    for (job, attempt), tables in per_partition.items():
+        for name, parts in tables.items():
+            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
+            staged, size = lake.stage_table(table)
+            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
+    return result
+
+
+def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, loaded: list, known: dict,
+                   result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
+    """Read each loaded file; yield (key, compressed bytes) of every raw copy to write (once per key)."""
+    live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
+    queued: set[str] = set()  # raw copies already yielded
+
+    def raw_copy(key: str, data: bytes) -> Iterator[tuple[str, bytes]]:
+        if key not in queued and not lake.raw_path(key).exists():
+            queued.add(key)
+            yield key, compress_raw(data)
+
+    now = datetime.now(UTC)
     for src, data, sha in loaded:
         if data is None:
             continue
@@ -216,7 +241,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
                 result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "ingested", None, None, job,
                                                attempt, None, None))
                 live_seen.add(sha)
-                lake.store_raw(sha, data)
+                yield from raw_copy(sha, data)
                 continue
             dump = _read_dump(ctx, resolver, src, data, sha, now, known.setdefault(sha, {}))
         except DumpRejected as exc:
@@ -242,7 +267,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
                     f"rank {rank} host {host!r}", ident.job, ident.attempt, host, rank))
                 continue
             known.setdefault(key, {})[(ident.job, ident.attempt)] = (ident.rank, ident.host)
-            lake.store_raw(key, data)
+            yield from raw_copy(key, data)
             tables = per_partition.setdefault((ident.job, ident.attempt), {})
             for name, table in dump.tables.items():
                 tables.setdefault(name, []).append(table)
@@ -259,13 +284,6 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
             )
             continue
         result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", reason, safe_text(detail)))
-    for (job, attempt), tables in per_partition.items():
-        for name, parts in tables.items():
-            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
-            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            staged, size = lake.stage_table(table)
-            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
-    return result
 
 
 def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha: str,

@@ -1,30 +1,106 @@
-"""One attempt seen closely: who arrived late or never arrived, and the
-attempt as a Chrome/Perfetto trace."""
+"""One attempt seen closely: who arrived late or never arrived, and where
+each group stands. At 16,384 ranks nothing here shows every rank: the views
+centre on the diagnosis' culprits and the ranks waiting for them."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+import bisect
+from collections.abc import Sequence
 
 import duckdb
 
+from frlake.diagnose.model import Culprit, Diagnosis
 
-def groups_of(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
-    """The attempt's process groups (name, description, members), from the
-    ranks' ``pg_config``; from the collectives they recorded when no dump has
-    one (gloo)."""
-    params = {"job": job, "attempt": attempt}
-    rows = con.execute(
-        """SELECT pg_name, any_value(pg_desc), list_distinct(flatten(list(ranks))), list(DISTINCT rank) FROM groups
-           WHERE job = $job AND attempt = $attempt GROUP BY pg_name""", params).fetchall()
-    if not rows:
-        rows = con.execute(
-            """SELECT pg_name, any_value(pg_desc), list(DISTINCT rank), list(DISTINCT rank) FROM entries
-               WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name""", params).fetchall()
-    # recorded_by: the ranks whose dump names the group (so they did dump)
-    out = [{"pg": pg, "pg_desc": desc, "members": sorted(members or []), "recorded_by": set(by or [])}
-           for pg, desc, members, by in rows]
-    return sorted(out, key=lambda g: (-len(g["members"]), g["pg_desc"] or "", _natural(g["pg"])))
+MAX_GROUPS_LISTED = 64  # groups offered to pick from (the culprits' first, then the largest)
+
+
+def neighbourhood(members: Sequence[int], centre: Sequence[int], n: int) -> list[int]:
+    """At most ``n`` of the sorted ``members``: every member of ``centre``
+    first, then the members nearest to them in rank order (alternating
+    below and above), so a culprit at rank 12,000 comes with its neighbours
+    rather than with ranks 0-255."""
+    if len(members) <= n:
+        return list(members)
+    chosen: list[int] = []
+    seen: set[int] = set()
+    for r in centre:
+        if r not in seen and len(chosen) < n and _contains(members, r):
+            chosen.append(r)
+            seen.add(r)
+    anchors = [bisect.bisect_left(members, r) for r in chosen] or [0]
+    step = 0
+    while len(chosen) < n and step <= len(members):
+        for a in anchors:
+            for i in ((a - step, a + step) if step else (a,)):
+                if 0 <= i < len(members) and members[i] not in seen and len(chosen) < n:
+                    chosen.append(members[i])
+                    seen.add(members[i])
+        step += 1
+    return sorted(chosen)
+
+
+def _contains(sorted_list: Sequence[int], value: int) -> bool:
+    i = bisect.bisect_left(sorted_list, value)
+    return i < len(sorted_list) and sorted_list[i] == value
+
+
+def _culprit_dicts(culprits: Sequence[Culprit]) -> list[dict]:
+    return [{"rank": c.rank, "host": c.host, "role": c.role, "reason": c.reason, "pg": c.pg, "seq": c.seq,
+             "op": c.op, "waiters": c.waiters} for c in culprits]
+
+
+def _members(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str,
+             diagnosis: Diagnosis | None) -> list[int]:
+    """The group's members: the diagnosis has them (from every rank's
+    pg_config and what the ranks recorded; disjoint groups that share the
+    name together); without one, the catalog's."""
+    if diagnosis is not None and diagnosis.groups:
+        found = [g for g in diagnosis.groups if g.get("pg") == pg]
+        if found:
+            return sorted({r for g in found for r in g.get("ranks") or ()})
+    params = {"job": job, "attempt": attempt, "pg": pg}
+    lists = con.execute(
+        "SELECT DISTINCT ranks FROM groups WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND ranks IS NOT NULL",
+        params,
+    ).fetchall()
+    seen = con.execute(
+        "SELECT DISTINCT rank FROM entries WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p",
+        params,
+    ).fetchall()
+    return sorted({r for (ranks,) in lists for r in ranks} | {r for (r,) in seen})
+
+
+def _all_groups(con: duckdb.DuckDBPyConnection, job: str, attempt: int,
+                diagnosis: Diagnosis | None) -> list[tuple[str, str | None, int]]:
+    """(name, description, members) of every process group of the attempt:
+    the diagnosis' (one per name), else the ranks' pg_config and, for groups
+    no dump configures (gloo), the collectives the ranks recorded."""
+    if diagnosis is not None and diagnosis.groups:
+        members: dict[str, set[int]] = {}
+        desc: dict[str, str | None] = {}
+        for g in diagnosis.groups:
+            members.setdefault(g["pg"], set()).update(g.get("ranks") or ())
+            if desc.get(g["pg"]) is None:
+                desc[g["pg"]] = g.get("pg_desc")
+        return [(pg, desc[pg], len(ranks)) for pg, ranks in members.items()]
+    return con.execute(
+        """SELECT pg_name, min(pg_desc), max(n) FROM (
+             SELECT pg_name, pg_desc, group_size AS n FROM groups WHERE job = $job AND attempt = $attempt
+             UNION ALL
+             SELECT pg_name, min(pg_desc), count(DISTINCT rank) FROM entries
+             WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name
+           ) GROUP BY pg_name""",
+        {"job": job, "attempt": attempt},
+    ).fetchall()
+
+
+def _groups_offered(groups: list[tuple[str, str | None, int]], culprit_pgs: list[str]) -> list[dict]:
+    """The groups a caller may pick (at most ``MAX_GROUPS_LISTED``): the
+    culprits' first, then the largest."""
+    first = {pg: i for i, pg in enumerate(culprit_pgs)}
+    ranked = sorted(groups, key=lambda g: (first.get(g[0], len(first)), -(g[2] or 0), g[1] or "", _natural(g[0])))
+    return [{"pg": pg, "pg_desc": desc, "size": size or 0, "culprit": pg in first}
+            for pg, desc, size in ranked[:MAX_GROUPS_LISTED]]
 
 
 def _natural(name: str) -> tuple:
@@ -36,109 +112,145 @@ class UnknownGroup(LookupError):
 
 
 def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
-             last: int = 40, max_ranks: int = 256) -> dict:
-    """Lateness (ms after the first member) of each member rank at the last
-    ``last`` collectives of one process group, who never arrived (``missing``:
-    ranks whose dump lacks the collective) and which members left no dump
-    (``no_dump``: their arrival is unknown); with the attempt's groups
-    (``groups``) to choose another.
+             last: int = 40, max_ranks: int = 256, *, diagnosis: Diagnosis | None = None,
+             seq_from: int | None = None, seq_to: int | None = None, around: int | None = None) -> dict:
+    """Lateness (ms after the first member) of ranks of one process group at
+    ``last`` of its collectives, who never arrived (``missing``: ranks whose
+    dump lacks the collective) and which ranks left no dump (``no_dump``:
+    their arrival is unknown); with the groups to choose another (``groups``,
+    the culprits' first, then the largest; ``groups_total`` in all).
 
-    Without ``pg``: the group of the root culprit if there is one, else the
-    group with most members. A ``pg`` the attempt does not have is an
-    ``UnknownGroup``."""
+    The group: ``pg``, else the root culprit's, else the largest; a ``pg``
+    the attempt does not have is an ``UnknownGroup``. The collectives:
+    ``seq_from``..``seq_to`` (the last ``last`` of them), or ``last`` centred
+    on ``around``, or by default the ``last`` up to the culprit's sequence id
+    (and a few after), else the last ones. The ranks (at most ``max_ranks``):
+    the culprits of the group and the members nearest them, then the ranks
+    that miss a collective of the window; with no culprit, the ranks that
+    miss one, then the lowest."""
     params = {"job": job, "attempt": attempt}
-    groups = groups_of(con, job, attempt)
-    if pg is not None and pg not in {g["pg"] for g in groups}:
-        raise UnknownGroup(f"attempt {attempt} of job {job!r} has no process group {pg!r}; it has "
-                           + (", ".join(f"{g['pg']} ({g['pg_desc']})" for g in groups) or "none"))
+    culprits = list(diagnosis.culprits) if diagnosis is not None else _stored_culprits(con, job, attempt)
+    culprit_pgs = list(dict.fromkeys(c.pg for c in culprits if c.pg is not None))
+    every = _all_groups(con, job, attempt, diagnosis)
+    names = {g[0] for g in every}
+    groups = _groups_offered(every, [p for p in culprit_pgs if p in names])
+    if pg is not None and pg not in names:
+        listed = ", ".join(f"{g['pg']} ({g['pg_desc']})" for g in groups) or "none"
+        more = f" and {len(every) - len(groups):,} more" if len(every) > len(groups) else ""
+        raise UnknownGroup(f"attempt {attempt} of job {job!r} has no process group {pg!r}; it has {listed}{more}")
     if pg is None:
-        row = con.execute(
-            "SELECT pg FROM culprits WHERE job = $job AND attempt = $attempt AND position = 0 AND pg IS NOT NULL",
-            params,
-        ).fetchone()
-        pg = row[0] if row and row[0] in {g["pg"] for g in groups} else (groups[0]["pg"] if groups else None)
-    choices = [{"pg": g["pg"], "pg_desc": g["pg_desc"], "size": len(g["members"])} for g in groups]
+        pg = next((p for p in culprit_pgs if p in names), groups[0]["pg"] if groups else None)
     empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "no_dump": [],
-             "groups": choices}
+             "groups": groups, "groups_total": len(every), "culprits": [], "waiting": [], "focus": None,
+             "members": 0, "ranks_total": 0, "ranks_truncated": False, "seqs_total": 0, "seq_window": None,
+             "t0_ns": None, "created_ms": []}
     if pg is None:
         return empty
-    group = next(g for g in groups if g["pg"] == pg)
-    params |= {"pg": pg, "last": last}
-    rows = con.execute(
-        """
-        WITH e AS (
+    params |= {"pg": pg}
+    pg_desc = next((g[1] for g in every if g[0] == pg), None)
+    in_pg = [c for c in culprits if c.pg == pg]
+    focus = in_pg[0] if in_pg else None
+    all_seqs = [s for (s,) in con.execute(
+        """SELECT DISTINCT collective_seq_id FROM entries WHERE job = $job AND attempt = $attempt AND pg_name = $pg
+           AND NOT is_p2p AND collective_seq_id IS NOT NULL ORDER BY 1""",
+        params,
+    ).fetchall()]
+    seqs = _seq_window(all_seqs, last, seq_from, seq_to, around, focus.seq if focus else None)
+    members = _members(con, job, attempt, pg, diagnosis)
+    if not seqs:
+        return {**empty, "pg_desc": pg_desc, "members": len(members), "ranks_total": len(members)}
+    params |= {"lo": seqs[0], "hi": seqs[-1]}
+    window = """
+        e AS (
           SELECT rank, pg_desc, collective_seq_id AS seq, time_created_ns AS t FROM entries
           WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p
-        ), seqs AS (SELECT DISTINCT seq FROM e ORDER BY seq DESC LIMIT $last),
-        first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
-        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3)
-        FROM e JOIN seqs USING (seq) JOIN first USING (seq) GROUP BY e.rank, e.seq
+            AND collective_seq_id BETWEEN $lo AND $hi
+        )"""
+    # how many of the window's collectives each rank reached: the ranks that miss some stand out
+    per_rank = con.execute(
+        f"WITH {window} SELECT rank, count(DISTINCT seq), min(t), min(pg_desc) FROM e GROUP BY rank", params).fetchall()
+    reached = {r: n for r, n, _, _ in per_rank}
+    starts = [t for _, _, t, _ in per_rank if t is not None]
+    t0 = min(starts) if starts else None
+    dumped = {r for (r,) in con.execute(
+        "SELECT DISTINCT rank FROM dumps WHERE job = $job AND attempt = $attempt AND rank IS NOT NULL",
+        {"job": job, "attempt": attempt}).fetchall()} | set(reached)
+    candidates = sorted(set(members) | set(reached))
+    # centred on the culprits, then on the ranks that dumped and still miss a collective of the window
+    centre = [c.rank for c in in_pg] + [r for r in candidates if r in dumped and reached.get(r, 0) < len(seqs)]
+    ranks = neighbourhood(candidates, centre, max_ranks)
+    rows = con.execute(
+        f"""
+        WITH {window}, first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
+        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3), min(e.t)
+        FROM e JOIN first USING (seq) WHERE e.rank IN (SELECT unnest($ranks::INTEGER[]))
+        GROUP BY e.rank, e.seq
         """,
-        params,
+        params | {"ranks": ranks},
     ).fetchall()
-    seqs = sorted({r[1] for r in rows})
-    ranks = (group["members"] or sorted({r[0] for r in rows}))[:max_ranks]  # only the group's members
-    dumped = set().union(*(g["recorded_by"] for g in groups), (r[0] for r in rows))
+    grid = {(r[0], r[1]): r for r in rows}
+    late = [[grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs] for rank in ranks]
+    created = [[round((grid[(rank, seq)][4] - t0) / 1e6, 3) if (rank, seq) in grid and t0 is not None
+                else None for seq in seqs] for rank in ranks]
     no_dump = [rank for rank in ranks if rank not in dumped]  # unknown, not "never arrived": nothing says
-    grid = {(r[0], r[1]): r[3] for r in rows}
-    late = [[grid.get((rank, seq)) for seq in seqs] for rank in ranks]
     missing = [[rank, seq] for rank in ranks if rank in dumped for seq in seqs if (rank, seq) not in grid]
-    return empty | {"pg_desc": group["pg_desc"], "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing,
-                    "no_dump": no_dump}
+    shown = set(ranks)
+    culprit_ranks = {c.rank for c in in_pg}
+    waiting = sorted(r for r in ranks if focus is not None and focus.seq is not None and (r, focus.seq) in grid
+                     and r not in culprit_ranks)
+    return {
+        **empty, "pg_desc": pg_desc or min((d for *_, d in per_rank if d is not None), default=None),
+        "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing, "no_dump": no_dump,
+        "culprits": [c for c in _culprit_dicts(in_pg) if c["rank"] in shown],
+        "waiting": waiting,
+        "focus": None if focus is None else {"rank": focus.rank, "pg": focus.pg, "seq": focus.seq, "op": focus.op},
+        "members": len(members), "ranks_total": len(candidates), "ranks_truncated": len(ranks) < len(candidates),
+        "seqs_total": len(all_seqs), "seq_window": [seqs[0], seqs[-1]], "t0_ns": t0, "created_ms": created,
+    }
 
 
-def perfetto_trace(con: duckdb.DuckDBPyConnection, job: str, attempt: int, batch: int = 50_000) -> Iterator[str]:
-    """The attempt as Chrome trace JSON (opens in Perfetto or chrome://tracing):
-    one process per rank, one track per process group, an ``X`` event per
-    entry. Streamed in pieces, so a 1,000-rank attempt never sits in memory."""
-    params = {"job": job, "attempt": attempt}
-    yield '{"displayTimeUnit": "ms", "traceEvents": [\n'
-    first = True
-    meta = con.execute(
-        """SELECT rank, any_value(host), list(DISTINCT coalesce(pg_desc, '') || ':' || pg_name ORDER BY 1)
-           FROM entries WHERE job = $job AND attempt = $attempt GROUP BY rank ORDER BY rank""",
-        params,
-    ).fetchall()
-    tracks: dict[tuple[int, str], int] = {}
-    for rank, host, groups in meta:
-        events = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank} ({host})"}},
-                  {"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}}]
-        for tid, label in enumerate(groups, 1):
-            tracks[(rank, label.split(":", 1)[1])] = tid
-            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": f"pg {label}"}})
-        for ev in events:
-            yield ("" if first else ",\n") + json.dumps(ev)
-            first = False
-    cur = con.execute(
-        """
-        SELECT rank, pg_name, profiling_name, collective_seq_id, p2p_seq_id, state, time_created_ns,
-               coalesce(duration_ms * 1000,
-                        (time_discovered_completed_ns - time_created_ns) / 1000,
-                        (lead(time_created_ns) OVER (PARTITION BY rank ORDER BY entry_index) - time_created_ns) / 1000,
-                        1) AS dur_us,
-               input_sizes::VARCHAR, input_dtypes::VARCHAR, record_id
-        FROM entries WHERE job = $job AND attempt = $attempt ORDER BY rank, entry_index
-        """,
-        params,
-    )
-    while True:
-        rows = cur.fetchmany(batch)
-        if not rows:
-            break
-        parts = []
-        for rank, pg, name, seq, p2p_seq, state, t, dur, sizes, dtypes, record in rows:
-            parts.append(json.dumps({
-                "ph": "X", "name": name, "cat": state or "", "pid": rank, "tid": tracks.get((rank, pg), 0),
-                "ts": t / 1000 if t is not None else 0, "dur": max(float(dur or 1), 1.0),
-                "args": {"pg": pg, "seq": seq, "p2p_seq": p2p_seq, "state": state, "sizes": sizes, "dtypes": dtypes,
-                         "record_id": record},
-            }))
-        yield ("" if first else ",\n") + ",\n".join(parts)
-        first = False
-    yield "\n]}\n"
+def _seq_window(all_seqs: list[int], last: int, lo: int | None, hi: int | None, around: int | None,
+                focus_seq: int | None) -> list[int]:
+    """``last`` sequence ids of the group: in [lo, hi] (the last ones), centred on ``around``,
+    else ending a little after the culprit's, else the last ones."""
+    if lo is not None or hi is not None:
+        inside = [s for s in all_seqs if (lo is None or s >= lo) and (hi is None or s <= hi)]
+        return inside[-last:]
+    centre = around if around is not None else focus_seq
+    if centre is None:
+        return all_seqs[-last:]
+    after = last // 2 if around is not None else min(last // 4, 4)
+    i = bisect.bisect_right(all_seqs, centre)
+    end = min(len(all_seqs), i + after)
+    start = max(0, end - last)
+    return all_seqs[start:max(end, min(len(all_seqs), start + last))]
 
 
-def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
+def _stored_culprits(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[Culprit]:
+    """Without a diagnosis at hand: the catalog's culprits view, if the connection has it."""
+    try:
+        rows = con.execute(
+            """SELECT rank, host, reason, role, pg, pg_desc, seq, op FROM culprits
+               WHERE job = $job AND attempt = $attempt ORDER BY position""",
+            {"job": job, "attempt": attempt},
+        ).fetchall()
+    except duckdb.CatalogException:
+        return []
+    return [Culprit(rank=r, host=h, reason=reason, role=role, pg=pg, pg_desc=d, seq=s, op=op)
+            for r, h, reason, role, pg, d, s, op in rows]
+
+
+def page_groups(groups: list[dict], culprits: Sequence[dict], limit: int = 200) -> list[dict]:
+    """The groups a page lists when there are thousands (16,384 ranks make
+    ~10,000): the culprits' groups, then those with ranks behind, then the
+    largest; at most ``limit``."""
+    first = {c.get("pg"): i for i, c in enumerate(culprits) if c.get("pg") is not None}
+    ranked = sorted(groups, key=lambda g: (first.get(g["pg"], len(first)), not g.get("behind"),
+                                           -len(g.get("ranks") or ()), g["pg"]))
+    return ranked[:limit]
+
+
+def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pgs: Sequence[str] | None = None) -> list[dict]:
     """Per process group and rank: the last collective sequence id enqueued,
     started and completed (from the entries, and from pg_status where the
     dump has it), so a stalled group shows who is behind."""
@@ -149,7 +261,9 @@ def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dic
                  max(collective_seq_id) AS last_enqueued,
                  max(collective_seq_id) FILTER (WHERE state IN ('started', 'completed')) AS last_started,
                  max(collective_seq_id) FILTER (WHERE state = 'completed') AS last_completed
-          FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p GROUP BY pg_name, rank
+          FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p
+            AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], pg_name))
+          GROUP BY pg_name, rank
         )
         SELECT e.pg_name, e.pg_desc, e.rank, e.host,
                greatest(e.last_enqueued, s.last_enqueued_collective) AS last_enqueued,
@@ -159,7 +273,7 @@ def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dic
           ON s.job = $job AND s.attempt = $attempt AND s.rank = e.rank AND s.pg_id = e.pg_id::VARCHAR
         ORDER BY e.pg_desc, e.pg_name, e.rank
         """,
-        {"job": job, "attempt": attempt},
+        {"job": job, "attempt": attempt, "pgs": None if pgs is None else list(pgs)},
     ).fetchall()
     groups: dict[str, dict] = {}
     for pg, desc, rank, host, enq, started, completed in rows:

@@ -9,12 +9,13 @@ from flask import Blueprint, Response, current_app, jsonify, request, stream_wit
 
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
-from frlake.query.attempt import UnknownGroup, arrivals, perfetto_trace, progress
+from frlake.query.attempt import UnknownGroup
 from frlake.query.history import attempt_dict, host_history, job_history
 from frlake.query.reports import REPORTS
 from frlake.server.context import attempt_facets, catalog, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
 from frlake.server.params import (
+    arrivals_view,
     diagnosis,
     entry_filter,
     int_arg,
@@ -22,6 +23,7 @@ from frlake.server.params import (
     known_job,
     list_attempts_args,
     similar,
+    trace_window,
     window,
 )
 
@@ -86,13 +88,13 @@ def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
     d = diagnosis(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": progress(lake(), job, attempt)})
+                    "diagnosis": d.to_dict(), "progress": session().progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
 def attempt_progress(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify({"job": job, "attempt": attempt, "groups": progress(lake(), job, attempt)})
+    return jsonify({"job": job, "attempt": attempt, "groups": session().progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")
@@ -111,7 +113,7 @@ def attempt_entries(job: str, attempt: int):
 def attempt_arrivals(job: str, attempt: int):
     known_attempt(job, attempt)
     try:
-        return jsonify(arrivals(lake(), job, attempt, request.args.get("pg") or None, int_arg("last", 40, 1, 500)))
+        return jsonify(arrivals_view(job, attempt))
     except UnknownGroup as exc:
         raise ApiError(404, "not_found", str(exc)) from None
 
@@ -129,18 +131,9 @@ def attempt_complete(job: str, attempt: int):
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/trace")
 def attempt_trace(job: str, attempt: int):
     known_attempt(job, attempt)
-    from frlake.query.connect import connect
-
-    con = connect(catalog(), session().lake, catalog_views=())  # the stream outlives the request's g
-
-    def body():
-        try:
-            yield from perfetto_trace(con, job, attempt)
-        finally:
-            con.close()
-
+    stream = session().trace(job, attempt, trace_window())  # its own connection: the stream outlives the request's g
     name = f"{job}-attempt-{attempt}.trace.json".replace('"', "")
-    return Response(stream_with_context(body()), mimetype="application/json",
+    return Response(stream_with_context(stream), mimetype="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 

@@ -102,18 +102,52 @@ def entry_filter():
     """?ranks=0,1,8-15&pg=dp&pg=0&seq=A:B as an EntryFilter."""
     from frlake.query.entries import EntryFilter
 
-    ranks: list[int] = []
-    for part in (request.args.get("ranks") or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        if not (lo.isdigit() and (not sep or hi.isdigit())):
-            raise ApiError(400, "bad_request", f"'ranks' is like 0,1,8-15, not {request.args.get('ranks')!r}")
-        ranks.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    ranks = rank_list()
     try:
         lo_seq, hi_seq = EntryFilter.parse_seq(request.args.get("seq"))
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     pgs = tuple(p for p in request.args.getlist("pg") if p)
-    return EntryFilter(ranks=tuple(sorted(set(ranks))) or None, pgs=pgs or None, seq_from=lo_seq, seq_to=hi_seq)
+    return EntryFilter(ranks=ranks, pgs=pgs or None, seq_from=lo_seq, seq_to=hi_seq)
+
+
+def rank_list(name: str = "ranks") -> tuple[int, ...] | None:
+    """?ranks=0,1,8-15 as sorted ranks (None when absent)."""
+    ranks: list[int] = []
+    text = request.args.get(name) or ""
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())) or (sep and int(hi) - int(lo) > 1 << 20):
+            raise ApiError(400, "bad_request", f"'{name}' is like 0,1,8-15, not {text!r}")
+        ranks.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return tuple(sorted(set(ranks))) or None
+
+
+def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict:
+    """The arrivals of one group: ?pg=NAME, ?last=N, and ?seq=A:B or ?around=N."""
+    from frlake.query.entries import EntryFilter
+
+    try:
+        seq = EntryFilter.parse_seq(request.args.get("seq"))
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    around = request.args.get("around")
+    if around and (seq[0] is not None or seq[1] is not None):
+        raise ApiError(400, "bad_request", "give 'seq' or 'around', not both")
+    return session().arrivals(job, attempt, request.args.get("pg") or None, last=int_arg("last", 40, 1, 500),
+                              max_ranks=int_arg("max_ranks", 256, 1, 2048), seq=seq,
+                              around=int_arg("around", 0, 0, 2**62) if around else None, diagnosis=diag)
+
+
+def trace_window():
+    """?ranks=0,1,8-15&pg=dp&around=N&max_events=N as a TraceWindow."""
+    from frlake.query.trace import DEFAULT_MAX_EVENTS, TraceWindow
+
+    pgs = tuple(p for p in request.args.getlist("pg") if p)
+    around = request.args.get("around")
+    return TraceWindow(ranks=rank_list(), pgs=pgs or None,
+                       around=int_arg("around", 0, 0, 10**6) if around else None,
+                       max_events=int_arg("max_events", DEFAULT_MAX_EVENTS, 1, 2_000_000))

@@ -11,6 +11,7 @@ from frlake.server.api import EXAMPLES, known_host
 from frlake.server.context import attempt_facets, catalog, config, lake, session
 from frlake.server.errors import ApiError
 from frlake.server.params import (
+    arrivals_view,
     choice_arg,
     diagnosis,
     entry_filter,
@@ -23,6 +24,7 @@ from frlake.server.params import (
 from frlake.server.tables import Export, export_url, respond
 
 bp = Blueprint("ui", __name__)
+PROGRESS_GROUPS = 32  # groups whose per-rank progress the attempt page details
 
 
 @bp.app_context_processor
@@ -50,10 +52,19 @@ def jobs():
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
 def attempt(job: str, attempt: int):
-    from frlake.query.attempt import progress
+    from frlake.query.attempt import page_groups
 
-    d = diagnosis(job, attempt).to_dict()
-    groups = progress(lake(), job, attempt)
+    diag = diagnosis(job, attempt)
+    d = diag.to_dict()
+    exporting = bool(request.args.get("_format"))
+    every_group = d["groups"]
+    # thousands of groups at 16,384 ranks: the page lists the culprits' groups first, then those behind
+    d["groups_total"], d["groups"] = len(every_group), page_groups(every_group, d["culprits"])
+    shown = None if exporting else [g["pg"] for g in d["groups"][:PROGRESS_GROUPS]]  # an export has every group
+    groups = session().progress(job, attempt, shown)
+    if shown is not None:  # in the page's order: the culprits' groups first
+        order = {pg: i for i, pg in enumerate(shown)}
+        groups.sort(key=lambda g: order.get(g["pg"], len(order)))
     tables = [
         Export("culprits", ["position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op", "waiters",
                             "waiting_for", "waited_by"],
@@ -61,13 +72,30 @@ def attempt(job: str, attempt: int):
                  c.get("op"), c.get("waiters"), c.get("waiting_for"), c.get("waited_by")]
                 for i, c in enumerate(d["culprits"])]),
         Export("groups", ["pg", "pg_desc", "members", "frontier", "behind"],
-               [[g["pg"], g["pg_desc"], len(g["ranks"]), g["frontier"], g["behind"]] for g in d["groups"]]),
+               [[g["pg"], g["pg_desc"], len(g["ranks"]), g["frontier"], g["behind"]] for g in every_group]),
         Export("progress", ["pg", "pg_desc", "rank", "host", "last_enqueued", "last_started", "last_completed"],
                [[g["pg"], g["pg_desc"], r["rank"], r["host"], r["last_enqueued"], r["last_started"],
                  r["last_completed"]] for g in groups for r in g["ranks"]]),
     ]
     return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
+                   arrivals=None if exporting else _arrivals(job, attempt, diag), view_args=_view_args(),
                    needs_token=bool(config().token))
+
+
+def _arrivals(job: str, attempt: int, diag) -> dict:
+    """The arrivals the page embeds (?pg=, ?seq=A:B, ?around=N, ?last=N); a
+    group the attempt lacks shows the default group and says so."""
+    from frlake.query.attempt import UnknownGroup
+
+    try:
+        return arrivals_view(job, attempt, diag)
+    except UnknownGroup as exc:
+        return session().arrivals(job, attempt, diagnosis=diag) | {"error": str(exc)}
+
+
+def _view_args() -> dict:
+    """The arrivals' own query arguments, for the chart's later requests."""
+    return {k: v for k, v in request.args.items() if k in ("pg", "seq", "around", "last", "max_ranks") and v}
 
 
 @bp.get("/jobs/<path:job>")

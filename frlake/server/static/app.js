@@ -179,23 +179,45 @@ function drawArrivals(canvas, data) {
   });
 }
 
+function arrivalsShown(data) {  /* what the chart shows of the group: at 16,384 ranks never all of it */
+  const p = document.getElementById("arrivals-shown");
+  if (!p) return;
+  if (!data.seqs.length) { p.textContent = ""; return; }
+  const parts = [`ranks: ${data.ranks.length} of ${data.ranks_total}` + (data.ranks_truncated ? " (the culprits and the ranks nearest them first)" : ""),
+                 `collectives: sequence ids ${data.seq_window[0]}-${data.seq_window[1]}, ${data.seqs.length} of ${data.seqs_total}`];
+  if (data.focus) parts.push(`centred on rank ${data.focus.rank} at sequence id ${data.focus.seq}` +
+                             (data.waiting.length ? `; ${data.waiting.length} of the ranks shown wait there` : ""));
+  p.textContent = parts.join(" · ");
+}
+
 function arrivalsChart(canvas) {
   const select = document.getElementById("arrivals-group");
-  const load = pg => fetch(canvas.dataset.src + (pg ? "?pg=" + encodeURIComponent(pg) : ""))
-    .then(r => r.ok ? r.json() : Promise.reject(r))
-    .then(data => {
-      if (select && !select.options.length) {
-        data.groups.forEach(g => select.append(element("option", {value: g.pg,
-          textContent: `${g.pg_desc || "pg"} ${g.pg} (${g.size} ranks)`})));
-        if (!data.groups.length) select.disabled = true;
-      }
-      if (select && data.pg !== null) select.value = data.pg;
-      drawArrivals(canvas, data);
-      canvas.dataset.loaded = data.pg === null ? "" : data.pg;
-    })
-    .catch(() => noData(canvas, "the arrivals could not be loaded"));
-  if (select) select.addEventListener("change", () => load(select.value));
-  load(null);
+  const show = data => {
+    if (select && !select.options.length) {
+      data.groups.forEach(g => select.append(element("option", {value: g.pg,
+        textContent: `${g.pg_desc || "pg"} ${g.pg} (${g.size} ranks)`})));
+      if (!data.groups.length) select.disabled = true;
+    }
+    if (select && data.pg !== null) select.value = data.pg;
+    drawArrivals(canvas, data);
+    arrivalsShown(data);
+    canvas.dataset.loaded = data.pg === null ? "" : data.pg;
+  };
+  const load = pg => {
+    const url = new URL(canvas.dataset.src, window.location.href);
+    const last = document.getElementById("arrivals-last");
+    if (pg) url.searchParams.set("pg", pg);
+    if (last && last.value) url.searchParams.set("last", last.value);
+    return fetch(url).then(r => r.ok ? r.json() : Promise.reject(r)).then(show)
+      .catch(() => noData(canvas, "the arrivals could not be loaded"));
+  };
+  if (select) select.addEventListener("change", () => {
+    // another group has other sequence ids: its window starts from the default again
+    ["arrivals-seq", "arrivals-around"].forEach(id => { const input = document.getElementById(id); if (input) input.value = ""; });
+    load(select.value);
+  });
+  const embedded = document.getElementById("arrivals-data");  // the page's own arrivals: no second request
+  if (embedded) show(JSON.parse(embedded.textContent)); else load(null);
 }
 
 function barChart(canvas, label, labelOf, valueOf) {

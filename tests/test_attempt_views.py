@@ -1,0 +1,176 @@
+"""One attempt's views at scale: the arrivals chart's data and the Perfetto
+trace centre on the culprit and the ranks waiting for it, wherever the
+culprit's rank is, and the trace is valid trace-event JSON under its cap.
+
+Synthetic NCCL jobs from bench/synth.py with the culprit at a high rank:
+512 ranks (quick), and 12,008 ranks with the culprit at rank 12,000 (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from frlake.config import Settings
+from frlake.ingest import IngestOptions
+from frlake.query.trace import TraceWindow
+from frlake.server import create_app
+from frlake.server.config import ServerConfig
+from frlake.session import Frlake
+from tests.helpers import ROOT, ingest
+
+sys.path.insert(0, str(ROOT / "bench"))
+from synth import write_job  # noqa: E402
+
+
+def _job(tmp_path_factory, world: int, entries: int, culprit: int) -> tuple[Settings, dict]:
+    work = tmp_path_factory.mktemp(f"world-{world}")
+    truth = write_job(work / "nfs", world, entries, job="big", fault="missing_last", culprit=culprit)
+    settings = Settings.resolve(work / "lake")
+    summary = ingest([work / "nfs"], settings, IngestOptions(workers=2))
+    assert summary.rejected == 0 and summary.ingested == world
+    return settings, truth
+
+
+@pytest.fixture(scope="module")
+def job512(tmp_path_factory):
+    return _job(tmp_path_factory, 512, 60, culprit=500)
+
+
+def check_trace(text: str, cap: int) -> dict:
+    """Parse a trace as Perfetto would read trace-event JSON; return it."""
+    trace = json.loads(text)
+    events = trace["traceEvents"]
+    assert isinstance(events, list) and 0 < len(events) <= cap
+    phases = Counter(e["ph"] for e in events)
+    assert set(phases) <= {"M", "X", "i", "s", "f"}, phases
+    for e in events:
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] == "M":
+            assert e["name"] in {"process_name", "process_sort_index", "thread_name"} and "args" in e
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] > 0
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 1 and isinstance(e["tid"], int)
+            if e["cat"] not in ("frlake.culprit",):
+                assert e["args"]["dur_source"]
+        if e["ph"] == "i":
+            assert e["s"] in {"g", "p", "t"}
+    flows: dict[int, dict[str, dict]] = {}
+    for e in events:
+        if e["ph"] in "sf":
+            assert e["ph"] not in flows.setdefault(e["id"], {}), f"flow {e['id']} has two {e['ph']!r} events"
+            flows[e["id"]][e["ph"]] = e
+    for fid, pair in flows.items():
+        assert set(pair) == {"s", "f"}, f"flow {fid} is not an s/f pair"
+        assert pair["s"]["cat"] == pair["f"]["cat"] and pair["s"]["name"] == pair["f"]["name"]
+        assert pair["f"]["ts"] >= pair["s"]["ts"] and pair["f"].get("bp") == "e"
+    return trace
+
+
+def test_arrivals_centre_on_a_culprit_past_the_first_256_ranks(job512):
+    settings, truth = job512
+    with Frlake(settings) as fl:
+        diag = fl.stored_diagnosis("big", 0)
+        assert diag.root.rank == 500
+        data = fl.arrivals("big", 0)
+    assert data["pg"] == diag.root.pg and data["focus"]["rank"] == 500
+    assert 500 in data["ranks"] and len(data["ranks"]) <= 256
+    assert [c["rank"] for c in data["culprits"]][:1] == [500]
+    assert [500, diag.root.seq] in data["missing"]  # the culprit never arrived at the hung collective
+    assert data["waiting"] and 500 not in data["waiting"]
+    assert diag.root.seq in data["seqs"] and data["seq_window"] == [data["seqs"][0], data["seqs"][-1]]
+    # the group offered first is the culprit's
+    assert data["groups"][0]["pg"] == diag.root.pg and data["groups"][0]["culprit"]
+    assert len(data["late_ms"]) == len(data["ranks"]) and all(len(r) == len(data["seqs"]) for r in data["late_ms"])
+
+
+def test_arrivals_pick_a_group_and_a_window(job512):
+    settings, _ = job512
+    with Frlake(settings) as fl:
+        world = fl.arrivals("big", 0, "0", last=10)
+        assert world["pg"] == "0" and world["members"] == 512 and len(world["ranks"]) == 256
+        assert 500 in world["ranks"] and world["ranks_truncated"]  # still centred on the culprit
+        tp = fl.arrivals("big", 0, "1")  # a tp block far from the culprit: ranks 0-7
+        assert tp["ranks"] == list(range(8)) and tp["culprits"] == [] and tp["focus"] is None
+        seqs = tp["seqs"]
+        assert len(seqs) >= 6
+        lo, hi = seqs[2], seqs[5]
+        part = fl.arrivals("big", 0, "1", seq=(lo, hi))
+        assert part["seqs"] == [s for s in seqs if lo <= s <= hi] and part["seq_window"] == [lo, hi]
+        around = fl.arrivals("big", 0, "1", last=4, around=seqs[3])
+        assert seqs[3] in around["seqs"] and len(around["seqs"]) == 4
+
+
+def test_trace_window_marks_the_hang_and_stays_under_its_cap(job512):
+    settings, _ = job512
+    with Frlake(settings) as fl:
+        root = fl.stored_diagnosis("big", 0).root
+        trace = check_trace("".join(fl.trace("big", 0)), 100_000)
+        info = trace["otherData"]["frlake"]
+        assert 500 in info["ranks"] and info["focus"]["rank"] == 500 and len(info["ranks"]) <= 64
+        events = trace["traceEvents"]
+        assert any(e["ph"] == "i" and e["s"] == "g" and e["name"].startswith("hang:") for e in events)
+        assert any(e["ph"] == "i" and e["pid"] == 500 and e["cat"] == "frlake.culprit" for e in events)
+        flows = [e for e in events if e["ph"] == "f"]
+        assert flows and all(e["pid"] == 500 for e in flows)
+        waiters = {e["pid"] for e in events if e["ph"] == "s"}
+        assert waiters and 500 not in waiters
+        # the waiters' pending op lasts until the dump, not 1 us
+        pending = [e for e in events if e["ph"] == "X" and e["pid"] in waiters and e["args"].get("pg") == root.pg
+                   and e["args"]["seq"] == root.seq]
+        assert pending and all(e["args"]["dur_source"] == "pending until the dump" and e["dur"] >= 1000
+                               for e in pending)
+        # synth writes duration_ms on completed entries: those are real durations
+        done = [e for e in events if e["ph"] == "X" and e["args"].get("state") == "completed"]
+        assert done and all(e["args"]["dur_source"] == "duration_ms" for e in done)
+
+        small = check_trace("".join(fl.trace("big", 0, TraceWindow(max_events=300))), 300)
+        assert small["otherData"]["frlake"]["truncated"] and 500 in small["otherData"]["frlake"]["ranks"]
+        picked = check_trace("".join(fl.trace("big", 0, TraceWindow(ranks=(3, 4, 500), around=2))), 100_000)
+        assert {e["pid"] for e in picked["traceEvents"]} == {3, 4, 500}
+        assert picked["otherData"]["frlake"]["window_ns"][0] is not None
+        dp = check_trace("".join(fl.trace("big", 0, TraceWindow(pgs=("dp",)))), 100_000)
+        assert {e["args"]["pg"] for e in dp["traceEvents"] if e["ph"] == "X" and "pg" in e["args"]} <= \
+            set(dp["otherData"]["frlake"]["pgs"])
+
+
+def test_trace_from_the_cli_and_the_api(job512, tmp_path):
+    settings, _ = job512
+    out = tmp_path / "t.json"
+    proc = subprocess.run([sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "trace", "big",
+                           "--ranks", "496-503", "--around", "3", "--max-events", "500", "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    trace = check_trace(out.read_text(), 500)
+    assert {e["pid"] for e in trace["traceEvents"]} == set(range(496, 504))
+    client = create_app(ServerConfig(settings)).test_client()
+    r = client.get("/api/jobs/big/attempts/0/trace?ranks=499-501&max_events=200&pg=dp")
+    assert r.status_code == 200
+    api = check_trace(r.get_data(as_text=True), 200)
+    info = api["otherData"]["frlake"]
+    assert info["ranks"] == [499, 500, 501] and len(info["pgs"]) == 8  # "dp" names the 8 dp stripes
+    assert {e["args"]["pg"] for e in api["traceEvents"] if e["ph"] == "X" and "pg" in e["args"]} <= set(info["pgs"])
+    assert client.get("/api/jobs/big/attempts/0/trace?max_events=0").status_code == 400
+    assert client.get("/api/jobs/big/attempts/0/arrivals?seq=1:2&around=3").status_code == 400
+
+
+@pytest.mark.slow
+def test_culprit_at_rank_12000_on_the_page_and_in_the_trace(tmp_path_factory):
+    settings, truth = _job(tmp_path_factory, 12_008, 12, culprit=12_000)
+    client = create_app(ServerConfig(settings)).test_client()
+    api = client.get("/api/jobs/big/attempts/0/arrivals").get_json()
+    assert 12_000 in api["ranks"] and api["focus"]["rank"] == 12_000
+    assert [12_000, api["focus"]["seq"]] in api["missing"]
+    page = client.get("/jobs/big/attempts/0").get_data(as_text=True)
+    start = page.index('<script type="application/json" id="arrivals-data">') + len(
+        '<script type="application/json" id="arrivals-data">')
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert 12_000 in embedded["ranks"] and embedded["focus"]["rank"] == 12_000
+    r = client.get("/api/jobs/big/attempts/0/trace?around=5&max_events=20000")
+    trace = check_trace(r.get_data(as_text=True), 20_000)
+    assert 12_000 in {e["pid"] for e in trace["traceEvents"]}
+    assert any(e["ph"] == "f" and e["pid"] == 12_000 for e in trace["traceEvents"])
