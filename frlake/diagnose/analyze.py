@@ -39,7 +39,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     stalls = [] if ev.timing.in_flight else hang.stalls(ev)
     if not mismatches and not any(s.role == "root" for s in stalls):
         stalls = hang.pending_tail(ev) or stalls
-    stalled = any(s.role == "root" for s in stalls)
+    stalled = any(s.role in ("root", "suspect") for s in stalls)
     if not mismatches and not stalled:
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
     slow = None
@@ -102,6 +102,13 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
                   f"but the job hung (a collective pending longer than its timeout when the dumps were written) "
                   f"and this rank never enqueued seq {s.seq}, the newest collective {s.waiters} member(s) of its "
                   f"group hold pending")
+        if s.role == "suspect":
+            detail = (f"a suspect, not a proven cause: this rank never enqueued seq {s.seq}, which {s.waiters} "
+                      f"member(s) of its group hold pending, but only the files' mtimes say the job hung, and they "
+                      f"are far later than the dumps' newest entries (a copy that did not keep mtimes?); a time in "
+                      f"the file names, or the original files, would settle it")
+        elif ev.timing.overdue_from == "mtime":
+            detail += " (the dumps' time is their files' mtime: their names carry no time)"
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=ev.name(s.pg),
                    pg_ranks=_split_members(ev, s.pg), pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters,
                    stack_id=stack_of_last.get(s.rank), detail=detail, evidence=s.evidence,
@@ -198,6 +205,10 @@ def summarize(d: Diagnosis) -> str:
                 f"sent {root.found}, the others {root.expected}.")
     if d.verdict is Verdict.HANG:
         what = "left no dump (crashed?)" if root.reason == "no_dump" else "never joined"
+        if root.evidence == "pending_tail" and root.role == "suspect":
+            return (f"{d.job} attempt {d.attempt}: perhaps a hang{where}: rank {root.rank} on {host} never enqueued "
+                    f"it while {root.waiters} member(s) hold it pending; a suspect, not a proven cause: only the "
+                    f"files' mtimes say the job hung, and they look like the time of a copy.")
         if root.evidence == "pending_tail":
             return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never enqueued it "
                     f"while {root.waiters} member(s) hold it pending (weaker evidence: from the pending tail, "

@@ -19,7 +19,7 @@ from frlake.diagnose.evidence import Evidence
 @dataclass
 class Stall:
     rank: int
-    role: str  # root | victim
+    role: str  # root | victim | suspect (pending_tail() on unconfirmed times)
     reason: str  # missing | no_dump
     pg: str | None
     pg_desc: str | None
@@ -122,9 +122,14 @@ def pending_tail(ev: Evidence) -> list[Stall]:
     unfinished collective had all its members: further down the ranks'
     pending tails, the members missing from their group's newest pending
     collective. Torch's analyzer names the same ranks (the first collective
-    some member never enqueued)."""
+    some member never enqueued).
+
+    When only file mtimes say the job hung, and they come long after the
+    dumps' newest entries (``Timing.confirmed`` false: more likely the time of
+    a copy), the ranks are suspects, never root causes."""
     if not ev.timing.overdue:
         return []
+    role = "root" if ev.timing.confirmed else "suspect"
     found: dict[int, Stall] = {}
     for pg, tail in sorted(ev.pending_tail.items()):
         missing = [m for m in ev.members.get(pg, [])
@@ -132,6 +137,6 @@ def pending_tail(ev: Evidence) -> list[Stall]:
                    and ev.last_seq.get((m, pg), -1) < tail.seq and not _unknown(ev, m, pg, tail.seq)]
         for m in missing:
             if m not in found or len(tail.waiting) > found[m].waiters:
-                found[m] = Stall(m, "root", "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
+                found[m] = Stall(m, role, "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
                                  ev.last[m].t if m in ev.last else None, evidence="pending_tail")
     return sorted(found.values(), key=lambda s: (-s.waiters, s.rank))
