@@ -92,7 +92,12 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
     def named(ranks: tuple[int, ...]) -> list[dict]:
         return [{"rank": r, "host": hosts.get(r)} for r in ranks[:WAIT_LIST]]
 
-    if s.role == "root":
+    if s.evidence == "unnamed_peer":
+        detail = (f"weaker evidence (unnamed peers): {s.waiters} rank(s) wait in sends or recvs of group {ev.name(s.pg)} "
+                  f"whose peer the dumps do not name (torchcomms records none), and this is "
+                  + ("the one member of the group that waits in nothing" if s.role == "root" else
+                     "one of the members that wait in nothing: a suspect, not a proven cause"))
+    elif s.role == "root":
         detail = f"{s.waiters} rank(s) wait for it"
     else:
         who = ", ".join(map(str, s.waiting_for[:8])) + (" ..." if len(s.waiting_for) > 8 else "")
@@ -205,6 +210,12 @@ def summarize(d: Diagnosis) -> str:
                 f"sent {root.found}, the others {root.expected}.")
     if d.verdict is Verdict.HANG:
         what = "left no dump (crashed?)" if root.reason == "no_dump" else "never joined"
+        if root.evidence == "unnamed_peer":
+            where = f" in {root.pg_desc or 'pg'} {root.pg} ({root.op})"
+            who = (f"rank {root.rank} on {host} is the one member that waits in nothing" if root.role == "root" else
+                   f"suspects, not proven causes: the members that wait in nothing, rank {root.rank} on {host} first")
+            return (f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait in sends or recvs whose "
+                    f"peer the dumps do not name; {who} (weaker evidence).")
         if root.evidence == "pending_tail" and root.role == "suspect":
             return (f"{d.job} attempt {d.attempt}: perhaps a hang{where}: rank {root.rank} on {host} never enqueued "
                     f"it while {root.waiters} member(s) hold it pending; a suspect, not a proven cause: only the "

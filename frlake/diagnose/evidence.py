@@ -37,6 +37,10 @@ NEWEST_DUMP = ("s.snapshot_ns DESC NULLS LAST, d.last_time_created_ns DESC NULLS
                "d.source_mtime_ns DESC NULLS LAST, d.sha256")
 _DTYPE_SIG = f"""CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op IN {_GATHER} THEN hash(input_dtypes)
                      ELSE hash(input_dtypes, output_dtypes) END"""
+# torchcomms' hook passes no events, so its entries stay "scheduled"; its post hook retires an op once it is
+# done. In its dumps (the group's desc is the backend) a retired entry is a completed one.
+_STATE = """CASE WHEN en.state = 'scheduled' AND en.retired AND en.pg_desc IS NOT DISTINCT FROM en.backend
+                 THEN 'completed' ELSE en.state END"""
 # torchcomms keeps one collective_seq_id counter for all its communicators, incremented by every op (send and
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
 # gets its sequence ids numbered per group, in the order it enqueued its ops.
@@ -172,7 +176,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.entries} AS
         SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
-               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, en.state, en.entry_index, en.time_created_ns AS t,
+               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
                en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
                {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend
