@@ -477,16 +477,17 @@ class Catalog(LakeFiles, Lifecycle):
     def version(self) -> tuple:
         """Changes whenever what the SQL views show changes: new lake files,
         new or replaced diagnoses, new files seen."""
-        with self.session() as s:
-            return (
-                s.scalar(select(func.max(LakeFile.id)).where(LakeFile.status.in_(("publishing", "committed")))),
-                s.scalar(select(func.max(IncidentRow.id))),
-                s.scalar(select(func.max(SourceFile.id))),
-                s.scalar(select(func.max(IngestRun.id))),
-                s.scalar(select(func.max(Attempt.last_seen_at))),
-                s.scalar(select(func.max(RetiredFile.id))),
-                s.scalar(select(func.count(LakeFile.id)).where(LakeFile.status == "committed")),
-            )
+        parts = (
+            select(func.max(LakeFile.id)).where(LakeFile.status.in_(("publishing", "committed"))),
+            select(func.max(IncidentRow.id)),
+            select(func.max(SourceFile.id)),
+            select(func.max(IngestRun.id)),
+            select(func.max(Attempt.last_seen_at)),
+            select(func.max(RetiredFile.id)),
+            select(func.count(LakeFile.id)).where(LakeFile.status == "committed"),
+        )
+        with self.session() as s:  # one statement: the server asks at every request
+            return tuple(s.execute(select(*(p.scalar_subquery() for p in parts))).one())
 
     def attempt_revision(self, job: str, attempt: int) -> int | None:
         """The attempt's revision (None if the lake has no such attempt)."""
