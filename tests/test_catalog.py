@@ -171,7 +171,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
     assert before["dumps"] == 8 and before["retired_files"] > 0
-    assert db.reverted_by_downgrade(engine, "0004") == ["0006", "0005"]
+    assert db.reverted_by_downgrade(engine, "0004") == ["0007", "0006", "0005"]
     db.downgrade(engine, "0004")
     after = _row_counts(engine)
     assert after["dumps"] == 4 and "retired_files" not in after
@@ -190,3 +190,39 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     # identity stay; the catalog no longer counts them, which is what the downgrade warned about)
     con = frlake.connect(any_db.lake, any_db.db_url)
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 8
+
+
+def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, corpus, any_db):
+    """attempts.diagnosis_due is filled from the incidents on upgrade, set by a commit that adds dumps and
+    cleared by the diagnosis stored at that revision; the pending query reads its index."""
+    import shutil
+
+    tree = tmp_path / "nfs"
+    shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-0")
+    shutil.copytree(corpus / "job-5f5228", tree / "job-5f5228")
+    ingest([tree], any_db)
+    engine = db.make_engine(any_db.db_url)
+    db.downgrade(engine, "0006")
+    with engine.begin() as conn:  # at 0006, job-5f5228 as an interrupted run left it: committed, not diagnosed
+        mine = ("SELECT i.id FROM incidents i JOIN attempts a ON a.id = i.attempt_id JOIN jobs j ON j.id = a.job_id "
+                "WHERE j.name = 'job-5f5228'")
+        for table in ("culprits", "rank_stats"):
+            conn.execute(text(f"DELETE FROM {table} WHERE incident_id IN ({mine})"))
+        conn.execute(text(f"DELETE FROM incidents WHERE id IN ({mine})"))
+    db.upgrade(engine)
+    catalog = Catalog(any_db.db_url)
+    due = catalog.pending_diagnoses()
+    assert due and {job for job, _ in due} == {"job-5f5228"}
+    with frlake.Frlake(any_db) as fl:
+        assert {(d.job, d.attempt) for d in fl.diagnose_pending()} == set(due)
+    assert catalog.pending_diagnoses() == []
+    shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-3")
+    ingest([tree / "job-223715/attempt-3"], any_db, IngestOptions(diagnose=False))
+    assert catalog.pending_diagnoses() == [("job-223715", 3)]
+    with engine.connect() as conn:
+        plan = " ".join(str(r) for r in conn.execute(text(
+            ("EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN ")
+            + "SELECT id FROM attempts WHERE diagnosis_due = true")))
+    catalog.close()
+    engine.dispose()
+    assert "ix_attempts_diagnosis_due" in plan or "Seq Scan" in plan  # PostgreSQL may scan a tiny table

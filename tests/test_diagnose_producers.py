@@ -117,3 +117,33 @@ def test_two_members_that_disagree_are_both_suspects(tmp_path):
 def test_two_members_that_agree_are_healthy(tmp_path):
     d = _two_ranks(tmp_path, [[[4, 4], [5, 5]], [[4, 4], [5, 5]]])
     assert (d.verdict, d.culprits) == ("healthy", [])
+
+
+def test_a_torchcomms_ring_names_the_one_member_that_waits_in_nothing(producers_lake):
+    """torchcomms names no peer: in a group of four, sends and recvs cannot be paired, so the ranks that wait
+    in them wait for the members that wait in nothing. One such member is the root, marked as weaker."""
+    d = diagnose(producers_lake, "torchcomms_ring_hang", 0, store=False)
+    assert (d.root.rank, d.root.role, d.root.evidence, d.root.waiters) == (2, "root", "unnamed_peer", 3)
+    assert "do not name" in d.summary and "weaker evidence" in d.root.detail
+
+
+def test_a_torchcomms_ring_with_two_idle_members_names_suspects_only(tmp_path):
+    """The same hang where rank 1's last recv was served too: ranks 1 and 2 both wait in nothing, and the
+    data cannot tell which of them the others wait for."""
+    import pickle  # our own fixture, not a dump from outside
+
+    folder = tmp_path / "in"
+    for src in sorted((PRODUCERS / "torchcomms_ring_hang").rglob("rank_*")):
+        dump = pickle.loads(src.read_bytes())
+        if src.name == "rank_1":
+            for e in dump["entries"]:
+                e["retired"] = True
+        dst = folder / src.relative_to(PRODUCERS)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(pickle.dumps(dump, protocol=2))
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([folder], settings)
+    d = diagnose(settings, "torchcomms_ring_hang", 0, store=False)
+    assert d.verdict == "hang" and {(c.rank, c.role) for c in d.culprits} == {(1, "suspect"), (2, "suspect")}, \
+        d.summary
+    assert "suspects, not proven causes" in d.summary

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 WRITE = "frlake_write"  # execution option of a session that will write
 # What reverting each migration throws away (``frlake db downgrade`` asks first).
 DOWNGRADE_LOSES: dict[str, str] = {
@@ -24,6 +24,7 @@ DOWNGRADE_LOSES: dict[str, str] = {
     "0005": "the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
             "how each rejection was judged, and the list of retired files (they stay on disk)",
     "0006": "the culprits' stall signatures (frlake rediagnose computes them again)",
+    "0007": "nothing (which attempts await a diagnosis is found again from their incidents)",
 }
 
 

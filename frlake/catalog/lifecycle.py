@@ -133,7 +133,7 @@ class Lifecycle:
             for job, number in plan.partial:
                 s.execute(update(Attempt).where(
                     Attempt.number == number, Attempt.job_id == select(Job.id).where(Job.name == job).scalar_subquery()
-                ).values(revision=Attempt.revision + 1))
+                ).values(revision=Attempt.revision + 1, diagnosis_due=True))
             shas = sorted({d.sha256 for d in plan.dumps})
             still = set()
             for chunk in chunks(shas):

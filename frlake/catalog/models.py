@@ -71,6 +71,9 @@ class Attempt(Base):
     ended_ns: Mapped[int | None] = mapped_column(BigInteger)
     # Goes up with every commit that adds dumps; a diagnosis older than it is pending.
     revision: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Set when the revision goes up, cleared when a diagnosis is stored at it (migration 0007): the
+    # pending diagnoses are found through its index, whatever the size of the lake.
+    diagnosis_due: Mapped[bool] = mapped_column(Boolean, server_default=false(), index=True)
 
 
 class Dump(Base):

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, or_, select, true, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
@@ -251,12 +251,13 @@ class Catalog(LakeFiles, Lifecycle):
             att = s.scalar(select(Attempt).where(Attempt.job_id == job.id, Attempt.number == number))
             if att is None:
                 att = Attempt(job_id=job.id, number=number, first_seen_at=now, last_seen_at=now,
-                              started_ns=first, ended_ns=last, revision=1)
+                              started_ns=first, ended_ns=last, revision=1, diagnosis_due=True)
                 s.add(att)
                 s.flush()
             else:
                 att.last_seen_at = now
                 att.revision = (att.revision or 0) + 1
+                att.diagnosis_due = True
                 if first is not None:
                     att.started_ns = first if att.started_ns is None else min(att.started_ns, first)
                 if last is not None:
@@ -342,15 +343,18 @@ class Catalog(LakeFiles, Lifecycle):
             # that diagnose the same attempt store one after the other, and an older view never
             # replaces a newer one.
             found = s.execute(
-                select(Attempt.id, IncidentRow.attempt_revision).join(Job, Job.id == Attempt.job_id)
+                select(Attempt.id, IncidentRow.attempt_revision, Attempt.revision, Attempt.diagnosis_due)
+                .join(Job, Job.id == Attempt.job_id)
                 .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
                 .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
             ).first()
             if found is None:
                 return  # forgotten meanwhile
-            attempt_id, stored = found
+            attempt_id, stored, current, due = found
             if stored is not None and stored > revision:
                 return
+            if due != (revision < (current or 0)):
+                s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
             old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
             s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
             s.execute(delete(RankStat).where(RankStat.incident_id == old))
@@ -473,16 +477,17 @@ class Catalog(LakeFiles, Lifecycle):
     def version(self) -> tuple:
         """Changes whenever what the SQL views show changes: new lake files,
         new or replaced diagnoses, new files seen."""
-        with self.session() as s:
-            return (
-                s.scalar(select(func.max(LakeFile.id)).where(LakeFile.status.in_(("publishing", "committed")))),
-                s.scalar(select(func.max(IncidentRow.id))),
-                s.scalar(select(func.max(SourceFile.id))),
-                s.scalar(select(func.max(IngestRun.id))),
-                s.scalar(select(func.max(Attempt.last_seen_at))),
-                s.scalar(select(func.max(RetiredFile.id))),
-                s.scalar(select(func.count(LakeFile.id)).where(LakeFile.status == "committed")),
-            )
+        parts = (
+            select(func.max(LakeFile.id)).where(LakeFile.status.in_(("publishing", "committed"))),
+            select(func.max(IncidentRow.id)),
+            select(func.max(SourceFile.id)),
+            select(func.max(IngestRun.id)),
+            select(func.max(Attempt.last_seen_at)),
+            select(func.max(RetiredFile.id)),
+            select(func.count(LakeFile.id)).where(LakeFile.status == "committed"),
+        )
+        with self.session() as s:  # one statement: the server asks at every request
+            return tuple(s.execute(select(*(p.scalar_subquery() for p in parts))).one())
 
     def attempt_revision(self, job: str, attempt: int) -> int | None:
         """The attempt's revision (None if the lake has no such attempt)."""
@@ -497,8 +502,7 @@ class Catalog(LakeFiles, Lifecycle):
         q = (
             select(Job.name, Attempt.number)
             .join(Attempt, Attempt.job_id == Job.id)
-            .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
-            .where((IncidentRow.id.is_(None)) | (IncidentRow.attempt_revision < Attempt.revision))
+            .where(Attempt.diagnosis_due.is_(true()))  # an index: the pending ones only, however big the lake
             .order_by(Job.name, Attempt.number)
         )
         with self.session() as s:

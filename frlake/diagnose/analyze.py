@@ -39,7 +39,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     stalls = [] if ev.timing.in_flight else hang.stalls(ev)
     if not mismatches and not any(s.role == "root" for s in stalls):
         stalls = hang.pending_tail(ev) or stalls
-    stalled = any(s.role == "root" for s in stalls)
+    stalled = any(s.role in ("root", "suspect") for s in stalls)
     if not mismatches and not stalled:
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
     slow = None
@@ -92,7 +92,12 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
     def named(ranks: tuple[int, ...]) -> list[dict]:
         return [{"rank": r, "host": hosts.get(r)} for r in ranks[:WAIT_LIST]]
 
-    if s.role == "root":
+    if s.evidence == "unnamed_peer":
+        detail = (f"weaker evidence (unnamed peers): {s.waiters} rank(s) wait in sends or recvs of group {ev.name(s.pg)} "
+                  f"whose peer the dumps do not name (torchcomms records none), and this is "
+                  + ("the one member of the group that waits in nothing" if s.role == "root" else
+                     "one of the members that wait in nothing: a suspect, not a proven cause"))
+    elif s.role == "root":
         detail = f"{s.waiters} rank(s) wait for it"
     else:
         who = ", ".join(map(str, s.waiting_for[:8])) + (" ..." if len(s.waiting_for) > 8 else "")
@@ -102,6 +107,13 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
                   f"but the job hung (a collective pending longer than its timeout when the dumps were written) "
                   f"and this rank never enqueued seq {s.seq}, the newest collective {s.waiters} member(s) of its "
                   f"group hold pending")
+        if s.role == "suspect":
+            detail = (f"a suspect, not a proven cause: this rank never enqueued seq {s.seq}, which {s.waiters} "
+                      f"member(s) of its group hold pending, but only the files' mtimes say the job hung, and they "
+                      f"are far later than the dumps' newest entries (a copy that did not keep mtimes?); a time in "
+                      f"the file names, or the original files, would settle it")
+        elif ev.timing.overdue_from == "mtime":
+            detail += " (the dumps' time is their files' mtime: their names carry no time)"
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=ev.name(s.pg),
                    pg_ranks=_split_members(ev, s.pg), pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters,
                    stack_id=stack_of_last.get(s.rank), detail=detail, evidence=s.evidence,
@@ -199,6 +211,16 @@ def summarize(d: Diagnosis) -> str:
                 f"sent {root.found}, the others {root.expected}.")
     if d.verdict is Verdict.HANG:
         what = "left no dump (crashed?)" if root.reason == "no_dump" else "never joined"
+        if root.evidence == "unnamed_peer":
+            where = f" in {root.pg_desc or 'pg'} {root.pg} ({root.op})"
+            who = (f"rank {root.rank} on {host} is the one member that waits in nothing" if root.role == "root" else
+                   f"suspects, not proven causes: the members that wait in nothing, rank {root.rank} on {host} first")
+            return (f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait in sends or recvs whose "
+                    f"peer the dumps do not name; {who} (weaker evidence).")
+        if root.evidence == "pending_tail" and root.role == "suspect":
+            return (f"{d.job} attempt {d.attempt}: perhaps a hang{where}: rank {root.rank} on {host} never enqueued "
+                    f"it while {root.waiters} member(s) hold it pending; a suspect, not a proven cause: only the "
+                    f"files' mtimes say the job hung, and they look like the time of a copy.")
         if root.evidence == "pending_tail":
             return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never enqueued it "
                     f"while {root.waiters} member(s) hold it pending (weaker evidence: from the pending tail, "

@@ -37,6 +37,10 @@ NEWEST_DUMP = ("s.snapshot_ns DESC NULLS LAST, d.last_time_created_ns DESC NULLS
                "d.source_mtime_ns DESC NULLS LAST, d.sha256")
 _DTYPE_SIG = f"""CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op IN {_GATHER} THEN hash(input_dtypes)
                      ELSE hash(input_dtypes, output_dtypes) END"""
+# torchcomms' hook passes no events, so its entries stay "scheduled"; its post hook retires an op once it is
+# done. In its dumps (the group's desc is the backend) a retired entry is a completed one.
+_STATE = """CASE WHEN en.state = 'scheduled' AND en.retired AND en.pg_desc IS NOT DISTINCT FROM en.backend
+                 THEN 'completed' ELSE en.state END"""
 # torchcomms keeps one collective_seq_id counter for all its communicators, incremented by every op (send and
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
 # gets its sequence ids numbered per group, in the order it enqueued its ops.
@@ -104,21 +108,42 @@ class Evidence:
         return self.names.get(pg, pg) if pg is not None else None
 
 
+# A dump's time taken from its file's mtime is trusted as the time it was written unless it comes later than
+# this after the dump's own newest entry (plus twice its timeout): a watchdog writes its timeout dump within
+# minutes of the timeout, while a copy that did not keep mtimes (cp without -p, an upload) dates the file to
+# the copy, hours or days later, and would make a periodic snapshot of a healthy job look hung.
+MTIME_SLACK_NS = 15 * 60 * 1_000_000_000
+# How a job's hang is known from the dumps' times (overdue_from), strongest first.
+OVERDUE_FROM = ("file_name", "entries", "mtime", "mtime_after_copy")
+
+
 @dataclass
 class Timing:
     """What the dumps' times say (the snapshots table): ``overdue`` ranks held
     a collective pending longer than its timeout when their dump was written
     (the job hung); ``in_flight``: every pending collective was younger than
-    its timeout (a periodic snapshot of a job at work), so waiting is not a hang."""
+    its timeout (a periodic snapshot of a job at work), so waiting is not a hang.
+
+    ``overdue_from`` says how the hang is known, strongest first: ``file_name``
+    (a time in a dump's name), ``entries`` (a dump's own newest time is past
+    the timeout), ``mtime`` (the file's mtime), ``mtime_after_copy`` (only
+    mtimes so long after the dumps' newest entries that they are more likely
+    the time of a copy than of the dump: the hang is not confirmed)."""
 
     overdue: list[int] = field(default_factory=list)
     in_flight: bool = False
     pending_ranks: int = 0
     written_from: list[str] = field(default_factory=list)  # file_name / mtime: how each dump's time is known
+    overdue_from: str | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        """The dumps' times show that the job hung."""
+        return bool(self.overdue) and self.overdue_from != "mtime_after_copy"
 
     def to_dict(self) -> dict:
         return {"overdue_ranks": self.overdue, "in_flight": self.in_flight, "ranks_with_pending": self.pending_ranks,
-                "dump_time_from": self.written_from}
+                "dump_time_from": self.written_from, "overdue_from": self.overdue_from}
 
 
 @dataclass
@@ -137,7 +162,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.dumps} AS
         SELECT d.rank, d.host, d.dump_id, d.first_record_id, d.n_entries, s.written_ns, s.written_from,
-               s.n_pending, s.oldest_pending_ns, s.timeout_ms, s.overdue
+               s.n_pending, s.oldest_pending_ns, s.timeout_ms, s.overdue, s.snapshot_ns, s.snapshot_from
         FROM dumps d LEFT JOIN (SELECT * FROM snapshots WHERE job = $job AND attempt = $attempt) s USING (dump_id)
         WHERE d.job = $job AND d.attempt = $attempt
         QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY {NEWEST_DUMP}) = 1
@@ -151,7 +176,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.entries} AS
         SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
-               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, en.state, en.entry_index, en.time_created_ns AS t,
+               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
                en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
                {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend
@@ -326,15 +351,30 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]],
 
 def _timing(con, rel: Relations) -> Timing:
     rows = con.execute(
-        f"SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from FROM {rel.dumps}"
+        f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from, snapshot_ns,
+                   snapshot_from FROM {rel.dumps} ORDER BY rank"""
     ).fetchall()
     pending = [r for r in rows if r[1]]
-    overdue = sorted(r[0] for r in rows if r[5])
+    overdue = [r for r in rows if r[5]]
     # a snapshot at work: something is pending, and each rank's pending collectives are known to be younger
     # than their timeout at its dump's time (a dump time before its own entries is no evidence)
     in_flight = bool(pending) and not overdue and all(
-        t is not None and w is not None and o is not None and w >= o for _, _, o, t, w, _, _ in pending)
-    return Timing(overdue, in_flight, len(pending), sorted({r[6] for r in rows if r[6]}))
+        t is not None and w is not None and o is not None and w >= o for _, _, o, t, w, *_ in pending)
+    sources = [_overdue_from(*r[2:5], *r[6:9]) for r in overdue]
+    return Timing([r[0] for r in overdue], in_flight, len(pending), sorted({r[6] for r in rows if r[6]}),
+                  min(sources, key=OVERDUE_FROM.index) if sources else None)
+
+
+def _overdue_from(oldest_ns, timeout_ms, written_ns, written_from, snapshot_ns, snapshot_from) -> str:
+    """How one overdue dump is known to be overdue (see :class:`Timing`)."""
+    timeout_ns = (timeout_ms or 0) * 1_000_000
+    if written_from == "file_name":
+        return "file_name"
+    if snapshot_from == "newest_entry" and oldest_ns is not None and snapshot_ns - oldest_ns > timeout_ns:
+        return "entries"
+    if snapshot_from == "newest_entry" and written_ns - snapshot_ns > 2 * timeout_ns + MTIME_SLACK_NS:
+        return "mtime_after_copy"
+    return "mtime"
 
 
 def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:

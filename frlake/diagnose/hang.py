@@ -19,7 +19,7 @@ from frlake.diagnose.evidence import Evidence
 @dataclass
 class Stall:
     rank: int
-    role: str  # root | victim
+    role: str  # root | victim | suspect (pending_tail() on unconfirmed times)
     reason: str  # missing | no_dump
     pg: str | None
     pg_desc: str | None
@@ -29,10 +29,15 @@ class Stall:
     stopped_at: int | None
     waiting_for: tuple[int, ...] = ()  # the ranks it waits for (none: a root cause)
     waited_by: tuple[int, ...] = ()  # the ranks that wait for it directly
-    evidence: str | None = None  # "pending_tail": the weaker evidence of pending_tail()
+    # weaker evidence: "pending_tail" (pending_tail()), "unnamed_peer" (waited for only by sends and recvs
+    # whose peer the dump does not name)
+    evidence: str | None = None
 
 
-def waits_for(ev: Evidence) -> dict[int, set[int]]:
+def waits_for(ev: Evidence, unnamed: dict[int, set[int]] | None = None) -> dict[int, set[int]]:
+    """rank -> the ranks it waits for. ``unnamed`` collects the ranks that wait in a send or recv whose peer
+    the dump does not name (torchcomms in a group of more than two): they wait for the members of the group
+    that wait for nothing, which are fewer, weaker candidates than a named peer."""
     graph: dict[int, set[int]] = {}
     behind: dict[tuple[str, int], frozenset[int]] = {}  # (group, seq) -> members that never enqueued it
 
@@ -47,7 +52,11 @@ def waits_for(ev: Evidence) -> dict[int, set[int]]:
 
     for rank, last in ev.last.items():
         targets: set[int] = set()
-        if last.is_p2p:
+        if last.is_p2p and last.peer is None and last.pg is not None and last.state != "completed":
+            targets = {m for m in ev.members.get(last.pg, []) if m != rank and _idle(ev, m)}
+            if unnamed is not None and targets:
+                unnamed[rank] = targets
+        elif last.is_p2p:
             peer = last.peer
             if peer is not None and peer != rank:
                 peer_last = ev.last.get(peer)
@@ -59,6 +68,12 @@ def waits_for(ev: Evidence) -> dict[int, set[int]]:
     return graph
 
 
+def _idle(ev: Evidence, rank: int) -> bool:
+    """A rank that waits in nothing: no dump, or every op in its dump completed."""
+    last = ev.last.get(rank)
+    return last is None or last.state == "completed"
+
+
 def _unknown(ev: Evidence, rank: int, pg: str, seq: int) -> bool:
     """A wrapped buffer that starts after ``seq`` cannot say whether it was enqueued."""
     first = ev.first_seq.get((rank, pg))
@@ -66,7 +81,8 @@ def _unknown(ev: Evidence, rank: int, pg: str, seq: int) -> bool:
 
 
 def stalls(ev: Evidence) -> list[Stall]:
-    graph = waits_for(ev)
+    unnamed: dict[int, set[int]] = {}
+    graph = waits_for(ev, unnamed)
     waited_by: dict[int, set[int]] = {}
     for waiter, targets in graph.items():
         for t in targets:
@@ -92,8 +108,11 @@ def stalls(ev: Evidence) -> list[Stall]:
         at = ev.last[waiter]
         reason = "no_dump" if rank not in ev.hosts else "missing"
         stopped = ev.last[rank].t if rank in ev.last else None
-        out.append(Stall(rank, "root", reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
-                         (), tuple(sorted(waited_by[rank]))))
+        # waited for only by ranks whose peer is not named: the root when it is the one member they can wait for
+        guessed = all(w in unnamed for w in waited_by[rank])
+        role = "suspect" if guessed and any(len(unnamed[w]) > 1 for w in waited_by[rank]) else "root"
+        out.append(Stall(rank, role, reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
+                         (), tuple(sorted(waited_by[rank])), evidence="unnamed_peer" if guessed else None))
     # never a rank that stopped later than a rank waiting for it could be first
     out.sort(key=lambda s: (-s.waiters, s.reason != "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
     roots = {s.rank for s in out}
@@ -122,9 +141,14 @@ def pending_tail(ev: Evidence) -> list[Stall]:
     unfinished collective had all its members: further down the ranks'
     pending tails, the members missing from their group's newest pending
     collective. Torch's analyzer names the same ranks (the first collective
-    some member never enqueued)."""
+    some member never enqueued).
+
+    When only file mtimes say the job hung, and they come long after the
+    dumps' newest entries (``Timing.confirmed`` false: more likely the time of
+    a copy), the ranks are suspects, never root causes."""
     if not ev.timing.overdue:
         return []
+    role = "root" if ev.timing.confirmed else "suspect"
     found: dict[int, Stall] = {}
     for pg, tail in sorted(ev.pending_tail.items()):
         missing = [m for m in ev.members.get(pg, [])
@@ -132,6 +156,6 @@ def pending_tail(ev: Evidence) -> list[Stall]:
                    and ev.last_seq.get((m, pg), -1) < tail.seq and not _unknown(ev, m, pg, tail.seq)]
         for m in missing:
             if m not in found or len(tail.waiting) > found[m].waiters:
-                found[m] = Stall(m, "root", "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
+                found[m] = Stall(m, role, "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
                                  ev.last[m].t if m in ev.last else None, evidence="pending_tail")
     return sorted(found.values(), key=lambda s: (-s.waiters, s.rank))

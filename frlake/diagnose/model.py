@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 4  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
-# pending tails, live stacks; 4: both
+ALGORITHM_VERSION = 5  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+# pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from)
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 

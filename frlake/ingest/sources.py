@@ -28,6 +28,14 @@ from frlake.errors import DumpRejected, FrlakeError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SEP = "::"
+YEAR_2100 = 4_102_444_800  # seconds since the epoch
+
+
+def member_mtime_ok(mtime) -> bool:
+    """An archive member's mtime is untrusted input: a time between the epoch and 2100, or none."""
+    return isinstance(mtime, (int, float)) and 0 < mtime < YEAR_2100
+
+
 NOT_STATTED = -1  # mtime_ns of a path that could not be stat'ed: never "unchanged", reported on every run
 SPILL_BLOCK = 1 << 20  # bytes copied at a time from an archive member to its spill file
 
@@ -45,6 +53,8 @@ class Source:
     data: bytes | None = None  # bytes already in memory (uploads)
     problem: tuple[str, str] | None = None  # (reason, message) found while looking for it
     path: str | None = None  # the file to read, when it is not ``key`` (an upload or archive member on disk)
+    # whether mtime_ns is when the dump was written (false for a plain upload: it is when the upload arrived)
+    mtime_is_written: bool = True
 
     @property
     def fs_path(self) -> str:
@@ -257,7 +267,8 @@ def archive_members(path: str, key: str, limits: ArchiveLimits, spill_dir: Path)
     try:
         with tarfile.open(path, mode="r|*") as tar:
             for member in tar:
-                mtime_ns = int(member.mtime * 1e9)
+                written = member_mtime_ok(member.mtime)
+                mtime_ns = int(member.mtime * 1e9) if written else 0
                 if member.isdir():
                     continue
                 base = member.name.rsplit("/", 1)[-1]

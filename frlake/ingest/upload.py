@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from frlake.errors import FrlakeError
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
-from frlake.ingest.sources import ARCHIVE_SEP, Source
+from frlake.ingest.sources import ARCHIVE_SEP, Source, member_mtime_ok
 
 UPLOADS_DIR = ".uploads"  # under the lake root: the same filesystem, and never cleared by an ingest
 _MAX_NAME = 255  # an uploaded file's name
@@ -155,7 +155,8 @@ class Upload:
             self._unpack(base, prefix, rest)
         else:
             path, size = self._save(rest, f"{base}: the file", self.limits.max_member_bytes)
-            self.sources.append(Source(prefix, size, self._now_ns, path=str(path)))
+            # an uploaded file carries no time of its own: the time it arrived is not when it was written
+            self.sources.append(Source(prefix, size, self._now_ns, path=str(path), mtime_is_written=False))
 
     def _save(self, stream: BinaryIO, what: str, cap: int) -> tuple[Path, int]:
         """Copy a stream to a new file in the folder, in blocks, counting real bytes."""
@@ -208,8 +209,11 @@ class Upload:
                                             f"{name}: member {member.name!r}", limits.max_member_bytes)
                     if size != member.size:
                         raise UploadRefused(f"{name}: member {member.name!r} does not match its declared size")
-                    self.sources.append(Source(f"{prefix}{ARCHIVE_SEP}{member.name}", size, self._now_ns,
-                                               path=str(path)))
+                    # a tar member keeps the mtime its file had when it was packed
+                    written = member_mtime_ok(member.mtime)
+                    self.sources.append(Source(f"{prefix}{ARCHIVE_SEP}{member.name}", size,
+                                               int(member.mtime * 1e9) if written else self._now_ns,
+                                               path=str(path), mtime_is_written=written))
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise UploadRefused(f"{name}: not a readable tar archive ({exc})") from None
 

@@ -298,7 +298,7 @@ def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha:
     job, attempt = resolver.resolve_attempt(src.key)
     snapshot = name_time_ns(src.key)
     if snapshot is None:
-        snapshot = src.mtime_ns if src.mtime_ns and src.mtime_ns > 0 else None
+        snapshot = src.mtime_ns if src.mtime_is_written and src.mtime_ns and src.mtime_ns > 0 else None
     rows = livestacks.rows(livestacks.parse(data, kind), kind, snapshot, src.key, sha)
     return job, attempt, _convert("live stacks", pa.Table.from_pylist, rows, schema.LIVE_STACKS)
 
@@ -456,7 +456,7 @@ def snapshot_row(parsed: ParsedDump, src: Source) -> dict:
     import pyarrow.compute as pc
 
     named = name_time_ns(src.key)
-    mtime = src.mtime_ns if src.mtime_ns and src.mtime_ns > 0 else None
+    mtime = src.mtime_ns if src.mtime_is_written and src.mtime_ns and src.mtime_ns > 0 else None
     written, written_from = (named, "file_name") if named is not None else (mtime, "mtime" if mtime else None)
     cols = parsed.entries
     newest = None

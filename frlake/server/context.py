@@ -35,10 +35,17 @@ def upload_budget():
 _local = threading.local()
 
 
+def catalog_version() -> tuple:
+    """The catalog's version (:meth:`Catalog.version`), read once per request."""
+    if "catalog_version" not in g:
+        g.catalog_version = catalog().version()
+    return g.catalog_version
+
+
 def lake():
     """A trusted DuckDB connection with the lake's views, for frlake's own queries."""
     if "lake" not in g:
-        version = catalog().version()
+        version = catalog_version()
         cached = getattr(_local, "lake", None)
         if cached is None or cached[0] != version:
             if cached is not None:
@@ -58,7 +65,7 @@ def sandbox():
     reaches the next user of the thread."""
     if "sandbox" not in g or g.sandbox.closed:
         limits = config().query_limits
-        version = (catalog().version(), limits)
+        version = (catalog_version(), limits)
         cached = getattr(_local, "sandbox", None)
         if cached is None or cached[0] != version or cached[1].closed:
             if cached is not None and not cached[1].closed:
@@ -83,7 +90,7 @@ _facets_lock = threading.Lock()
 
 def attempt_facets(**filters) -> dict:
     cache = current_app.extensions.setdefault("frlake_facets", {})
-    key = (catalog().version(), tuple(sorted(filters.items())))
+    key = (catalog_version(), tuple(sorted(filters.items())))
     with _facets_lock:
         if key in cache:
             return cache[key]
