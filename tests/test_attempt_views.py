@@ -20,7 +20,7 @@ from frlake.query.trace import TraceWindow
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
 from frlake.session import Frlake
-from tests.helpers import ROOT, ingest
+from tests.helpers import FIXTURES, ROOT, ingest
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402
@@ -174,3 +174,16 @@ def test_culprit_at_rank_12000_on_the_page_and_in_the_trace(tmp_path_factory):
     trace = check_trace(r.get_data(as_text=True), 20_000)
     assert 12_000 in {e["pid"] for e in trace["traceEvents"]}
     assert any(e["ph"] == "f" and e["pid"] == 12_000 for e in trace["traceEvents"])
+
+
+def test_trace_reads_torchcomms_retired_ops_as_completed(tmp_path):
+    """torchcomms' entries stay "scheduled" and are retired once done: the diagnosis reads them as
+    completed, and so does the trace (not "pending until the dump" in a healthy job)."""
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([FIXTURES / "producers" / "torchcomms_ring_healthy"], settings).rejected == 0
+    with Frlake(settings) as fl:
+        assert fl.stored_diagnosis("torchcomms_ring_healthy", 0).verdict.value == "healthy"
+        events = check_trace("".join(fl.trace("torchcomms_ring_healthy", 0)), 100_000)["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert ops and all(e["args"]["state"] == "completed" for e in ops)
+    assert not any(e["args"]["dur_source"] == "pending until the dump" for e in ops)

@@ -39,8 +39,10 @@ _DTYPE_SIG = f"""CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op IN {_
                      ELSE hash(input_dtypes, output_dtypes) END"""
 # torchcomms' hook passes no events, so its entries stay "scheduled"; its post hook retires an op once it is
 # done. In its dumps (the group's desc is the backend) a retired entry is a completed one.
-_STATE = """CASE WHEN en.state = 'scheduled' AND en.retired AND en.pg_desc IS NOT DISTINCT FROM en.backend
-                 THEN 'completed' ELSE en.state END"""
+# (STATE_OF.format(e=alias): the state of the entries under that alias, for the trace too)
+STATE_OF = """CASE WHEN {e}.state = 'scheduled' AND {e}.retired AND {e}.pg_desc IS NOT DISTINCT FROM {e}.backend
+                   THEN 'completed' ELSE {e}.state END"""
+_STATE = STATE_OF.format(e="en")
 # torchcomms keeps one collective_seq_id counter for all its communicators, incremented by every op (send and
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
 # gets its sequence ids numbered per group, in the order it enqueued its ops.

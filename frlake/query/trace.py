@@ -24,19 +24,21 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from frlake.diagnose.evidence import NEWEST_DUMP
+from frlake.diagnose.evidence import NEWEST_DUMP, STATE_OF
 from frlake.diagnose.model import Diagnosis
 from frlake.query.attempt import neighbourhood
 
 DEFAULT_MAX_EVENTS = 100_000
 DEFAULT_MAX_RANKS = 64  # ranks of the default window (the culprits and their neighbours)
 MAX_FLOWS = 256  # waiters given an arrow to their culprit
-# a dump's mtime is its dump time only when it follows the dump's last entry by less than this
+# a dump's write time (snapshots.written_ns) ends its pending ops only when it follows its last entry by less than this
 _PLAUSIBLE_DUMP_DELAY_NS = 24 * 3600 * 10**9
 _MIN_VISIBLE_US = 1000.0  # a pending op is shown at least 1 ms long
+# torchcomms' retired entries are completed ones, as the diagnosis reads them
+_STATE = STATE_OF.format(e="e")
 # the dump the diagnosis reads for each rank (the newest: see frlake.diagnose.evidence.NEWEST_DUMP)
 _NEWEST_DUMPS = f"""
-    SELECT d.rank, d.host, d.dump_id, d.last_time_created_ns, d.source_mtime_ns
+    SELECT d.rank, d.host, d.dump_id, d.last_time_created_ns, s.written_ns
     FROM dumps d LEFT JOIN (SELECT * FROM snapshots WHERE job = $job AND attempt = $attempt) s USING (dump_id)
     WHERE d.job = $job AND d.attempt = $attempt
     QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY {NEWEST_DUMP}) = 1"""
@@ -121,7 +123,7 @@ def trace_events(con: duckdb.DuckDBPyConnection, job: str, attempt: int, window:
 def _plan(con, job: str, attempt: int, window: TraceWindow, diagnosis: Diagnosis | None) -> _Plan:
     params = {"job": job, "attempt": attempt}
     dumps = con.execute(
-        f"SELECT rank, host, last_time_created_ns, source_mtime_ns FROM ({_NEWEST_DUMPS})", params).fetchall()
+        f"SELECT rank, host, last_time_created_ns, written_ns FROM ({_NEWEST_DUMPS})", params).fetchall()
     hosts = {r: h for r, h, _, _ in dumps}
     root = next((c for c in diagnosis.culprits if c.role == "root"), None) if diagnosis else None
     focus = None if root is None else {"rank": root.rank, "host": root.host, "pg": root.pg, "pg_desc": root.pg_desc,
@@ -177,9 +179,9 @@ def _plan(con, job: str, attempt: int, window: TraceWindow, diagnosis: Diagnosis
     if t_hang is None:
         t_hang = t_end
     dump_end = {}
-    for r, _, last_t, mtime in dumps:
-        plausible = last_t is not None and mtime is not None and 0 <= mtime - last_t <= _PLAUSIBLE_DUMP_DELAY_NS
-        end = mtime if plausible else t_end
+    for r, _, last_t, written in dumps:  # written: a time in the file's name, else an mtime known to be the dump's
+        plausible = last_t is not None and written is not None and 0 <= written - last_t <= _PLAUSIBLE_DUMP_DELAY_NS
+        end = written if plausible else t_end
         if end is not None:
             dump_end[r] = end
     plan = _Plan(ranks, len(candidates), pg_names, focus, t_hang, t_lo, t_hi, t_end, hosts, dump_end)
@@ -294,7 +296,8 @@ def _entry_filter(job: str, attempt: int, plan: _Plan) -> tuple[str, dict]:
         params["pgs"] = plan.pg_names
     where = f"""
         SELECT * FROM (
-          SELECT e.rank, e.entry_index, e.pg_name, e.profiling_name, e.collective_seq_id, e.p2p_seq_id, e.state,
+          SELECT e.rank, e.entry_index, e.pg_name, e.profiling_name, e.collective_seq_id, e.p2p_seq_id,
+                 {_STATE} AS state,
                  e.time_created_ns, e.duration_ms, e.time_discovered_started_ns, e.time_discovered_completed_ns,
                  e.input_sizes::VARCHAR AS sizes, e.input_dtypes::VARCHAR AS dtypes, e.record_id,
                  lead(e.time_created_ns) OVER (PARTITION BY e.rank ORDER BY e.entry_index) AS next_t
