@@ -245,7 +245,9 @@ class Frlake:
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
         out = []
-        complete = self.catalog.marked_complete()  # one read for all: a user's mark is never lost
+        keys = list(keys)
+        # one read for these attempts (a user's mark is never lost), none when nothing is pending
+        complete = self.catalog.marked_complete(keys)
         for job, attempt in keys:
             revision = self.catalog.attempt_revision(job, attempt) or 0
             diag = self._analyse(job, attempt, (job, attempt) in complete)

@@ -77,3 +77,21 @@ def frlake_options(**kwargs):
     from frlake.ingest import IngestOptions
 
     return IngestOptions(**kwargs)
+
+
+def test_a_no_op_rescan_reads_nothing_in_proportion_to_the_lake(corpus_lake, corpus):
+    """Nothing pending: no stored report is read (the complete marks of the pending attempts only), and the
+    lake files a crash may have left are found through an index on their status."""
+    texts = []
+
+    def seen(conn, cursor, statement, *args):
+        texts.append(statement)
+
+    with Frlake(corpus_lake) as fl:
+        event.listen(Engine, "before_cursor_execute", seen)
+        try:
+            summary = fl.ingest([corpus / "job-223715"])
+        finally:
+            event.remove(Engine, "before_cursor_execute", seen)
+    assert summary.unchanged == 4 and summary.diagnosed == []
+    assert not [t for t in texts if "incidents.report" in t], "a no-op run read the stored reports"

@@ -132,7 +132,8 @@ class LakeFile(Base):
     while ``hidden``, else ``path``."""
 
     __tablename__ = "lake_files"
-    __table_args__ = (Index("ix_lake_files_table_status", "table_name", "status"),)
+    __table_args__ = (Index("ix_lake_files_table_status", "table_name", "status"),
+                      Index("ix_lake_files_status", "status"))  # every run looks for pending files (0007)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     table_name: Mapped[str] = mapped_column(String(32))
     path: Mapped[str] = mapped_column(Text)  # relative to the lake folder

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, insert, or_, select, true, update
+from sqlalchemy import delete, func, insert, or_, select, true, tuple_, update
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
@@ -436,16 +436,22 @@ class Catalog(LakeFiles, Lifecycle):
             return {"verdict": counts(matching.c.verdict, matching), "host": counts(by_host.c.host, by_host),
                     "reason": counts(matching.c.reason, matching)}
 
-    def marked_complete(self) -> set[tuple[str, int]]:
-        """The attempts a user said are complete (no more dumps will come): the
-        mark is kept in their stored diagnosis (``Diagnosis.complete``). One
-        statement, whatever the number of attempts."""
+    def marked_complete(self, attempts: Sequence[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
+        """The attempts (of ``attempts``, when given) a user said are complete
+        (no more dumps will come): the mark is kept in their stored diagnosis
+        (``Diagnosis.complete``). One statement per 500 attempts given, one for
+        all when none are: a few pending attempts never read every report."""
+        if attempts is not None and not attempts:
+            return set()
+        q = (select(Job.name, Attempt.number, IncidentRow.report)
+             .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+             .where(IncidentRow.report.contains('"complete": true', autoescape=True)))
         with self.session() as s:
-            rows = s.execute(
-                select(Job.name, Attempt.number, IncidentRow.report)
-                .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
-                .where(IncidentRow.report.contains('"complete": true', autoescape=True))
-            ).all()
+            if attempts is None:
+                rows = s.execute(q).all()
+            else:
+                rows = [r for chunk in chunks(sorted(set(attempts)), 500)
+                        for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
         return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
 
     def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
