@@ -296,18 +296,30 @@ class Frlake:
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return stack_diff(con, job, attempt)
 
-    def progress(self, job: str, attempt: int | None = None, pgs=None) -> list[dict]:
+    @contextmanager
+    def _attempt_connection(self, job: str, attempt: int, con: duckdb.DuckDBPyConnection | None):
+        """``con`` when the caller has one with the lake's views (the server keeps one per thread: views cost
+        a catalog read per table), else a connection over this attempt's own files."""
+        if con is not None:
+            yield con
+            return
+        with self._connection(catalog_views=(), partition=(job, attempt)) as own:
+            yield own
+
+    def progress(self, job: str, attempt: int | None = None, pgs=None, *,
+                 con: duckdb.DuckDBPyConnection | None = None) -> list[dict]:
         """Per process group (all, or ``pgs``) and rank: the last sequence id
         enqueued, started and completed (:func:`frlake.query.attempt.progress`)."""
         from frlake.query.attempt import progress
 
         attempt = self._attempt_number(job, attempt)
-        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
-            return progress(con, job, attempt, pgs)
+        with self._attempt_connection(job, attempt, con) as c:
+            return progress(c, job, attempt, pgs)
 
     def arrivals(self, job: str, attempt: int | None = None, pg: str | None = None, *, last: int = 40,
                  max_ranks: int = 256, seq: tuple[int | None, int | None] = (None, None),
-                 around: int | None = None, diagnosis: Diagnosis | None = None) -> dict:
+                 around: int | None = None, diagnosis: Diagnosis | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None) -> dict:
         """Who arrived late or never at ``last`` collectives of one group
         (:func:`frlake.query.attempt.arrivals`), centred on the stored
         diagnosis' culprits and the ranks waiting for them."""
@@ -315,9 +327,9 @@ class Frlake:
 
         attempt = self._attempt_number(job, attempt)
         diag = diagnosis or self.stored_diagnosis(job, attempt)
-        with self._connection(catalog_views=(), partition=(job, attempt)) as con:
+        with self._attempt_connection(job, attempt, con) as c:
             return {"job": job, "attempt": attempt,
-                    **arrivals(con, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],
+                    **arrivals(c, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],
                                seq_to=seq[1], around=around)}
 
     def trace(self, job: str, attempt: int | None = None, window=None) -> Iterator[str]:

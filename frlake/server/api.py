@@ -88,13 +88,13 @@ def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
     d = diagnosis(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": session().progress(job, attempt)})
+                    "diagnosis": d.to_dict(), "progress": session().progress(job, attempt, con=lake())})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
 def attempt_progress(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify({"job": job, "attempt": attempt, "groups": session().progress(job, attempt)})
+    return jsonify({"job": job, "attempt": attempt, "groups": session().progress(job, attempt, con=lake())})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")

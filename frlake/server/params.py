@@ -10,7 +10,7 @@ from flask import request, url_for
 
 from frlake.diagnose.model import REASONS, VERDICTS, Diagnosis
 from frlake.query.reports import Window, parse_when
-from frlake.server.context import catalog, config, session
+from frlake.server.context import catalog, config, lake, session
 from frlake.server.errors import ApiError
 
 
@@ -139,7 +139,8 @@ def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict
         raise ApiError(400, "bad_request", "give 'seq' or 'around', not both")
     return session().arrivals(job, attempt, request.args.get("pg") or None, last=int_arg("last", 40, 1, 500),
                               max_ranks=int_arg("max_ranks", 256, 1, 2048), seq=seq,
-                              around=int_arg("around", 0, 0, 2**62) if around else None, diagnosis=diag)
+                              around=int_arg("around", 0, 0, 2**62) if around else None, diagnosis=diag,
+                              con=lake())
 
 
 def trace_window():

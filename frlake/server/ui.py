@@ -61,7 +61,7 @@ def attempt(job: str, attempt: int):
     # thousands of groups at 16,384 ranks: the page lists the culprits' groups first, then those behind
     d["groups_total"], d["groups"] = len(every_group), page_groups(every_group, d["culprits"])
     shown = None if exporting else [g["pg"] for g in d["groups"][:PROGRESS_GROUPS]]  # an export has every group
-    groups = session().progress(job, attempt, shown)
+    groups = session().progress(job, attempt, shown, con=lake())
     if shown is not None:  # in the page's order: the culprits' groups first
         order = {pg: i for i, pg in enumerate(shown)}
         groups.sort(key=lambda g: order.get(g["pg"], len(order)))
@@ -90,7 +90,7 @@ def _arrivals(job: str, attempt: int, diag) -> dict:
     try:
         return arrivals_view(job, attempt, diag)
     except UnknownGroup as exc:
-        return session().arrivals(job, attempt, diagnosis=diag) | {"error": str(exc)}
+        return session().arrivals(job, attempt, diagnosis=diag, con=lake()) | {"error": str(exc)}
 
 
 def _view_args() -> dict:
