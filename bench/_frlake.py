@@ -11,9 +11,16 @@ def ingest(paths, settings, options=None):
         return fl.ingest(paths, options)
 
 
-def run(settings, name, window=None, limit=None):
+def run(settings, name, window=None, limit=None, **params):
     with Frlake(settings) as fl:
-        return fl.report(name, window, limit)
+        return fl.report(name, window, limit, **params)
+
+
+def entries(settings, job, attempt=None, flt=None):
+    """What `frlake entries` computes: the side-by-side view and the stack diff, in one session."""
+    with Frlake(settings) as fl:
+        view = fl.entries(job, attempt, flt)
+        return {**view, "stacks": fl.stack_diff(job, view["attempt"])}
 
 
 def query(sql, settings, limits=None):

@@ -31,35 +31,44 @@ TIMESTAMPS = {
 # reads (the newest); a member "missing" holds a dump that covers the sequence
 # id and has no entry there; "unknown" left no dump, or its ring buffer starts
 # after the sequence id (it cannot say).
+#
+# Written so that a query of one attempt reads that attempt's files only: every CTE over the
+# entries has one consumer (DuckDB then inlines it and pushes ``WHERE job = .. AND attempt = ..``
+# down to the Parquet files), and no aggregate is DISTINCT or ordered: DuckDB plans those as
+# separate passes joined on IS NOT DISTINCT FROM, which the filter does not cross, so the whole
+# lake was aggregated for one attempt. Sizes and dtypes travel as text (exact, and far cheaper to
+# aggregate than the lists; DuckDB's hash of nested lists is not: [[1],[2]] and [[1,2]] collide).
+_ENTRIES_OF_D = f"""
+      FROM entries e JOIN d USING (job, attempt, dump_id)
+      WHERE NOT e.is_p2p AND e.collective_seq_id IS NOT NULL AND NOT {END_MARKER.replace("op ", "e.op ")}"""
 _COLLECTIVES = f"""
     WITH d AS (
       SELECT d.job, d.attempt, d.rank, d.dump_id, d.host
       FROM dumps d LEFT JOIN snapshots s ON s.job = d.job AND s.attempt = d.attempt AND s.dump_id = d.dump_id
       QUALIFY row_number() OVER (PARTITION BY d.job, d.attempt, d.rank ORDER BY {NEWEST_DUMP}) = 1
-    ), e AS (
+    ), e AS (  -- each rank's first entry of each collective instance
       SELECT e.job, e.attempt, e.pg_name, e.collective_seq_id AS seq, e.rank, min(e.entry_index) AS i,
              arg_min(e.op, e.entry_index) AS op, arg_min(e.pg_desc, e.entry_index) AS pg_desc,
-             arg_min(e.input_sizes, e.entry_index) AS input_sizes, arg_min(e.output_sizes, e.entry_index) AS output_sizes,
-             arg_min(e.input_dtypes, e.entry_index) AS input_dtypes,
-             arg_min(e.output_dtypes, e.entry_index) AS output_dtypes, arg_min(e.state, e.entry_index) AS state,
-             min(e.time_created_ns) AS t
-      FROM entries e JOIN d USING (job, attempt, dump_id)
-      WHERE NOT e.is_p2p AND e.collective_seq_id IS NOT NULL AND NOT {END_MARKER.replace("op ", "e.op ")}
+             arg_min((e.input_sizes, e.output_sizes)::VARCHAR, e.entry_index) AS sizes,
+             arg_min((e.input_dtypes, e.output_dtypes)::VARCHAR, e.entry_index) AS dtypes,
+             arg_min(e.state, e.entry_index) AS state, min(e.time_created_ns) AS t{_ENTRIES_OF_D}
       GROUP BY ALL
-    ), span AS (
-      SELECT job, attempt, pg_name, rank, min(seq) AS first_seq FROM e GROUP BY ALL
+    ), span AS NOT MATERIALIZED (  -- each rank's first sequence id in each group: min(seq) of e, read apart
+      SELECT e.job, e.attempt, e.pg_name, e.rank, min(e.collective_seq_id) AS first_seq{_ENTRIES_OF_D}
+      GROUP BY ALL
     ), members AS (
       SELECT job, attempt, pg_name, list(DISTINCT r ORDER BY r) AS members FROM (
         SELECT job, attempt, pg_name, unnest(ranks) AS r FROM groups WHERE ranks IS NOT NULL
         UNION SELECT job, attempt, pg_name, rank FROM span
       ) GROUP BY ALL
     ), c AS (
-      SELECT job, attempt, pg_name, seq, mode(op ORDER BY op) AS op, min(pg_desc) AS pg_desc,
-             list(rank ORDER BY rank) AS arrived, min(t) AS t_first, max(t) AS t_last,
-             count(DISTINCT op) = 1 AS ops_agree,
-             count(DISTINCT (input_sizes, output_sizes)) = 1 AS sizes_agree,
-             count(DISTINCT (input_dtypes, output_dtypes)) = 1 AS dtypes_agree,
-             list(DISTINCT state ORDER BY state) AS states
+      SELECT job, attempt, pg_name, seq,
+             list_aggregate(list_sort(list(op)), 'mode') AS op,  -- mode(op ORDER BY op): the smallest of the most frequent
+             min(pg_desc) AS pg_desc, list_sort(list(rank)) AS arrived, min(t) AS t_first, max(t) AS t_last,
+             coalesce(min(op) = max(op), false) AS ops_agree,  -- one op that is not NULL (count(DISTINCT op) = 1)
+             min(sizes) = max(sizes) AS sizes_agree, min(dtypes) = max(dtypes) AS dtypes_agree,
+             -- every distinct state, sorted, NULL last (list(DISTINCT state ORDER BY state))
+             list_sort(list_distinct(list(state))) || CASE WHEN count(state) < count(*) THEN [NULL] ELSE [] END AS states
       FROM e GROUP BY ALL
     )
     SELECT c.job, c.attempt, c.pg_name AS pg, c.pg_desc, c.seq, c.op, m.members, c.arrived,
