@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+""""No slower": ingest and diagnose CPU of two commits, side by side in one run.
+
+    python bench/compare_commits.py BEFORE [AFTER] [--rounds 5] [--world 1024] [--ingest-world 256]
+
+Checks out each commit into a temporary git worktree and, with this checkout's
+Python environment, alternates fresh processes of the two (before, after,
+before, ...), so a busy machine slows both alike:
+  * diagnose: one ``--world``-rank attempt (bench/synth.py, 2,000 entries per
+    rank, rank 700 never joins), ingested once per commit into its own lake,
+    then ``Frlake.diagnose`` timed in a fresh process per round (wall and CPU);
+  * ingest: ``--ingest-world`` ranks, one worker, in-process (CPU of the
+    whole ingest), beside plain ``pickle.load`` of the same files.
+Prints the medians and the after/before ratios; writes
+bench/results/compare.json. AFTER defaults to the working tree's HEAD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+_DIAGNOSE = r'''
+import sys, time
+from frlake.config import Settings
+from frlake.ingest import IngestOptions
+from frlake.session import Frlake
+lake, what = sys.argv[1], sys.argv[2]
+with Frlake(Settings.resolve(lake)) as fl:
+    if what == "ingest":
+        fl.ingest([sys.argv[3]], IngestOptions(workers=2, diagnose=False))
+    else:
+        wall, cpu = time.perf_counter(), time.process_time()
+        d = fl.diagnose("cmp", 0)
+        print(time.perf_counter() - wall, time.process_time() - cpu, d.verdict, d.root.rank if d.root else None)
+'''
+_INGEST = r'''
+import pathlib, pickle, shutil, sys, time
+from frlake.config import Settings
+from frlake.ingest import IngestOptions
+from frlake.session import Frlake
+files = sorted(pathlib.Path(sys.argv[2]).rglob("rank_*"))
+for p in files:
+    p.read_bytes()
+cpu = time.process_time()
+for p in files:
+    with open(p, "rb") as f:
+        pickle.load(f)  # the unsafe baseline, on our own synthetic files
+plain = time.process_time() - cpu
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+with Frlake(Settings.resolve(sys.argv[1])) as fl:
+    wall, cpu = time.perf_counter(), time.process_time()
+    s = fl.ingest([sys.argv[2]], IngestOptions(workers=1, diagnose=False))
+    print(time.perf_counter() - wall, time.process_time() - cpu, plain, s.ingested)
+'''
+
+
+def run(tree: Path, code: str, *args: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
+    return done.stdout.split()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before")
+    ap.add_argument("after", nargs="?", default="HEAD")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--world", type=int, default=1024)
+    ap.add_argument("--ingest-world", type=int, default=256)
+    ap.add_argument("--out", default=str(HERE / "results" / "compare.json"))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="frlake-compare-"))
+    trees = {}
+    try:
+        for side in ("before", "after"):
+            rev = getattr(args, side)
+            trees[side] = work / side
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(trees[side]), rev],
+                           check=True)
+        sys.path.insert(0, str(HERE))
+        from synth import write_job
+
+        big, small = work / "dumps-diagnose", work / "dumps-ingest"
+        write_job(big, args.world, 2000, job="cmp", fault="missing_last", culprit=min(700, args.world - 1))
+        write_job(small, args.ingest_world, 2000, job="cmp-ingest")
+        for side, tree in trees.items():
+            run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "ingest", str(big))
+        diag = {side: [] for side in trees}
+        ingest = {side: [] for side in trees}
+        for _ in range(args.rounds):
+            for side, tree in trees.items():
+                wall, cpu, verdict, rank = run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "diagnose")
+                diag[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "verdict": verdict, "rank": rank})
+                wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
+                ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
+        out = {"before": args.before, "after": args.after, "rounds": args.rounds, "world": args.world,
+               "ingest_world": args.ingest_world, "diagnose": diag, "ingest": ingest}
+        for name, runs in (("diagnose", diag), ("ingest", ingest)):
+            for key in ("wall_s", "cpu_s"):
+                b, a = (statistics.median(r[key] for r in runs[s]) for s in ("before", "after"))
+                out[f"{name}_{key}_median"] = {"before": round(b, 3), "after": round(a, 3), "ratio": round(a / b, 3)}
+                print(f"{name:9} {key:6} median: before {b:.3f} s, after {a:.3f} s, after/before {a / b:.3f}")
+        for side in trees:
+            answers = {(r["verdict"], r["rank"]) for r in diag[side]}
+            print(f"{side}: diagnosis {answers}")
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
