@@ -166,9 +166,24 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
           WHERE job = $job AND attempt = $attempt AND pg_name = $pg AND NOT is_p2p
             AND collective_seq_id BETWEEN $lo AND $hi
         )"""
-    # how many of the window's collectives each rank reached: the ranks that miss some stand out
-    per_rank = con.execute(
-        f"WITH {window} SELECT rank, count(DISTINCT seq), min(t), min(pg_desc) FROM e GROUP BY rank", params).fetchall()
+    grid_sql = f"""
+        WITH {window}, first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
+        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3), min(e.t)
+        FROM e JOIN first USING (seq) {{where}}
+        GROUP BY e.rank, e.seq
+    """
+    rows = None
+    if len(members) <= max_ranks:  # every rank is shown: one pass gives the grid and what each rank reached
+        rows = con.execute(grid_sql.format(where=""), params).fetchall()
+        by_rank: dict[int, list] = {}
+        for r in rows:
+            by_rank.setdefault(r[0], []).append(r)
+        per_rank = [(rank, len(rs), min((x[4] for x in rs if x[4] is not None), default=None),
+                     min((x[2] for x in rs if x[2] is not None), default=None)) for rank, rs in by_rank.items()]
+    else:
+        # how many of the window's collectives each rank reached: the ranks that miss some stand out
+        per_rank = con.execute(f"WITH {window} SELECT rank, count(DISTINCT seq), min(t), min(pg_desc) FROM e "
+                               "GROUP BY rank", params).fetchall()
     reached = {r: n for r, n, _, _ in per_rank}
     starts = [t for _, _, t, _ in per_rank if t is not None]
     t0 = min(starts) if starts else None
@@ -179,16 +194,11 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
     # centred on the culprits, then on the ranks that dumped and still miss a collective of the window
     centre = [c.rank for c in in_pg] + [r for r in candidates if r in dumped and reached.get(r, 0) < len(seqs)]
     ranks = neighbourhood(candidates, centre, max_ranks)
-    rows = con.execute(
-        f"""
-        WITH {window}, first AS (SELECT seq, min(t) AS t0 FROM e GROUP BY seq)
-        SELECT e.rank, e.seq, any_value(e.pg_desc), round((min(e.t) - any_value(first.t0)) / 1e6, 3), min(e.t)
-        FROM e JOIN first USING (seq) WHERE e.rank IN (SELECT unnest($ranks::INTEGER[]))
-        GROUP BY e.rank, e.seq
-        """,
-        params | {"ranks": ranks},
-    ).fetchall()
-    grid = {(r[0], r[1]): r for r in rows}
+    if rows is None:
+        rows = con.execute(grid_sql.format(where="WHERE e.rank IN (SELECT unnest($ranks::INTEGER[]))"),
+                           params | {"ranks": ranks}).fetchall()
+    shown_ranks = set(ranks)
+    grid = {(r[0], r[1]): r for r in rows if r[0] in shown_ranks}
     late = [[grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs] for rank in ranks]
     created = [[round((grid[(rank, seq)][4] - t0) / 1e6, 3) if (rank, seq) in grid and t0 is not None
                 else None for seq in seqs] for rank in ranks]
