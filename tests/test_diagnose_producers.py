@@ -147,3 +147,29 @@ def test_a_torchcomms_ring_with_two_idle_members_names_suspects_only(tmp_path):
     assert d.verdict == "hang" and {(c.rank, c.role) for c in d.culprits} == {(1, "suspect"), (2, "suspect")}, \
         d.summary
     assert "suspects, not proven causes" in d.summary
+
+
+def test_one_tensor_of_two_dimensions_is_not_two_tensors_of_one(tmp_path):
+    """DuckDB hashes a nested list by its elements: [[1024, 4096]] (one 2-D tensor) and [[1024], [4096]] (two
+    1-D tensors) hash alike. The size signature carries each shape's length, so this is a size mismatch
+    (a gather compares its inputs alone, one hashed list)."""
+    import pickle  # our own synthetic dumps
+
+    from tests.fixtures.make_producers import _nccl_entry
+
+    shapes = {0: [[1024, 4096]], 1: [[1024], [4096]], 2: [[1024, 4096]], 3: [[1024, 4096]]}
+    for rank, sizes in shapes.items():
+        t = 1_760_000_000_000_000_000 + rank * 1000
+        entries = [_nccl_entry(0, ("0", "default_pg"), 1, "all_reduce", [[8]], [[8]], t=t),
+                   _nccl_entry(1, ("0", "default_pg"), 2, "gather", sizes, sizes, t=t + 10, state="scheduled")]
+        # the same dtype lists on every rank: the sizes alone must tell them apart
+        entries[1]["input_dtypes"] = entries[1]["output_dtypes"] = ["BFloat16"]
+        folder = tmp_path / "nfs" / "shapes" / "attempt-0" / f"h{rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
+            {"version": "2.10", "pg_status": {}, "entries": entries,
+             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}}))
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected == 0
+    d = diagnose(settings, "shapes", 0, store=False)
+    assert (d.verdict, d.root.rank, d.root.reason) == ("mismatch", 1, "size_mismatch"), d.summary

@@ -23,10 +23,19 @@ _GATHER = ("gather", "gather_single")
 # own. The fast-path single entries ("nccl:allreduce_coalesced", with sizes) are ordinary collectives.
 END_MARKER = "(op = 'coalesced' OR (op LIKE '%coalesced' AND len(coalesce(input_sizes, [])) = 0 " \
              "AND len(coalesce(output_sizes, [])) = 0))"
+
+
+def _shapes(column: str) -> str:
+    """A list of tensor shapes, for hash(): with each shape's length, since DuckDB's hash of a nested list
+    is its elements' (hash([[1024, 4096]]) = hash([[1024], [4096]]), hash([[]]) = hash([]))."""
+    return f"{column}, list_transform({column}, lambda s: len(s))"
+
+
 # Which tensors every member of a collective must agree on.
 _SIZE_SIG = f"""CASE WHEN op IN {UNEVEN} THEN hash(op)
-                     WHEN op = 'scatter' THEN hash(output_sizes) WHEN op IN {_GATHER} THEN hash(input_sizes)
-                     ELSE hash(input_sizes, output_sizes) END"""
+                     WHEN op = 'scatter' THEN hash({_shapes('output_sizes')})
+                     WHEN op IN {_GATHER} THEN hash({_shapes('input_sizes')})
+                     ELSE hash({_shapes('input_sizes')}, {_shapes('output_sizes')}) END"""
 # Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
 _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
 # When several dumps claim one rank of an attempt (snapshots, a file rewritten in place, a copy), the
