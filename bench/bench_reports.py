@@ -392,7 +392,7 @@ def main() -> None:
 
     results: dict = {
         "machine": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-                    "note": "shared 2-core machine: another engineer's work ran at the same time, timings are noisy"},
+                    "note": "shared 2-core machine: other engineers' tests ran at the same time (see the load averages), timings are noisy"},
         "settings": {"sizes": sizes, "seed": args.seed, "entries_per_rank": args.entries,
                      "batch_entries": int(args.batch_entries), "repeat": args.repeat, "workers": args.workers,
                      "fleet": len(hist.fleet), "weeks": hist.weeks},
