@@ -81,27 +81,39 @@ def test_binomial_tail():
 # -- mismatches nobody can settle ------------------------------------------------------------------
 
 
+T0 = 1_760_000_000_000_000_000
+
+
+def _default_group_job(tmp_path, job: str, entries_by_rank: dict[int, list[dict]]):
+    """Our own synthetic NCCL dumps of one default group (rank r on host h<r>), ingested and diagnosed."""
+    import pickle  # our own synthetic dumps, not input from outside
+
+    members = "[" + ", ".join(map(str, sorted(entries_by_rank))) + "]"
+    for rank, entries in entries_by_rank.items():
+        folder = tmp_path / "nfs" / job / "attempt-0" / f"h{rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
+            {"version": "2.10", "pg_status": {}, "entries": entries,
+             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": members}}}))
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected == 0
+    return diagnose(settings, job, 0, store=False)
+
+
 def _two_ranks(tmp_path, block_sizes):
     """Two ranks of one group; each enqueues one all_reduce, then a coalesced block of broadcasts."""
     from tests.fixtures.make_producers import _nccl_entry
 
+    by_rank = {}
     for rank, sizes in enumerate(block_sizes):
-        t = 1_760_000_000_000_000_000 + rank * 1000
+        t = T0 + rank * 1000
         entries = [_nccl_entry(0, ("0", "default_pg"), 1, "all_reduce", [[4, 4]], [[4, 4]], t=t)]
         for i, s in enumerate(sizes):
             entries.append(_nccl_entry(1 + i, ("0", "default_pg"), 2, "_broadcast_oop", [s], [s], t=t + 10 + i,
                                        state="scheduled", line=50 + i))
         entries.append(_nccl_entry(1 + len(sizes), ("0", "default_pg"), 2, "coalesced", [], [], t=t + 20, line=59))
-        folder = tmp_path / "nfs" / "pair" / "attempt-0" / f"h{rank}"
-        folder.mkdir(parents=True, exist_ok=True)
-        import pickle
-
-        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
-            {"version": "2.10", "pg_status": {}, "entries": entries,
-             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}}))
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tmp_path / "nfs"], settings).rejected == 0
-    return diagnose(settings, "pair", 0, store=False)
+        by_rank[rank] = entries
+    return _default_group_job(tmp_path, "pair", by_rank)
 
 
 def test_two_members_that_disagree_are_both_suspects(tmp_path):
@@ -153,23 +165,16 @@ def test_one_tensor_of_two_dimensions_is_not_two_tensors_of_one(tmp_path):
     """DuckDB hashes a nested list by its elements: [[1024, 4096]] (one 2-D tensor) and [[1024], [4096]] (two
     1-D tensors) hash alike. The size signature carries each shape's length, so this is a size mismatch
     (a gather compares its inputs alone, one hashed list)."""
-    import pickle  # our own synthetic dumps
-
     from tests.fixtures.make_producers import _nccl_entry
 
     shapes = {0: [[1024, 4096]], 1: [[1024], [4096]], 2: [[1024, 4096]], 3: [[1024, 4096]]}
+    by_rank = {}
     for rank, sizes in shapes.items():
-        t = 1_760_000_000_000_000_000 + rank * 1000
+        t = T0 + rank * 1000
         entries = [_nccl_entry(0, ("0", "default_pg"), 1, "all_reduce", [[8]], [[8]], t=t),
                    _nccl_entry(1, ("0", "default_pg"), 2, "gather", sizes, sizes, t=t + 10, state="scheduled")]
         # the same dtype lists on every rank: the sizes alone must tell them apart
         entries[1]["input_dtypes"] = entries[1]["output_dtypes"] = ["BFloat16"]
-        folder = tmp_path / "nfs" / "shapes" / "attempt-0" / f"h{rank}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
-            {"version": "2.10", "pg_status": {}, "entries": entries,
-             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}}))
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tmp_path / "nfs"], settings).rejected == 0
-    d = diagnose(settings, "shapes", 0, store=False)
+        by_rank[rank] = entries
+    d = _default_group_job(tmp_path, "shapes", by_rank)
     assert (d.verdict, d.root.rank, d.root.reason) == ("mismatch", 1, "size_mismatch"), d.summary
