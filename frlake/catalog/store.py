@@ -441,22 +441,17 @@ class Catalog(LakeFiles, Lifecycle):
             return {"verdict": counts(matching.c.verdict, matching), "host": counts(by_host.c.host, by_host),
                     "reason": counts(matching.c.reason, matching)}
 
-    def marked_complete(self, attempts: Sequence[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
-        """The attempts (of ``attempts``, when given) a user said are complete
-        (no more dumps will come): the mark is kept in their stored diagnosis
-        (``Diagnosis.complete``). One statement per 500 attempts given, one for
-        all when none are: a few pending attempts never read every report."""
-        if attempts is not None and not attempts:
-            return set()
+    def marked_complete(self, attempts: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which of these attempts a user said are complete (no more dumps
+        will come): the mark is kept in their stored diagnosis
+        (``Diagnosis.complete``). One statement per 500 attempts, and none for
+        none: a few pending attempts never read every stored report."""
         q = (select(Job.name, Attempt.number, IncidentRow.report)
              .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
              .where(IncidentRow.report.contains('"complete": true', autoescape=True)))
         with self.session() as s:
-            if attempts is None:
-                rows = s.execute(q).all()
-            else:
-                rows = [r for chunk in chunks(sorted(set(attempts)), 500)
-                        for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
+            rows = [r for chunk in chunks(sorted(set(attempts)), 500)
+                    for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
         return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
 
     def list_attempts(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
