@@ -361,9 +361,17 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]],
 
 
 def _timing(con, rel: Relations) -> Timing:
+    timeout_ns = "coalesce(timeout_ms, 0) * 1000000"
     rows = con.execute(
-        f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from, snapshot_ns,
-                   snapshot_from FROM {rel.dumps} ORDER BY rank"""
+        f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from,
+                   CASE WHEN NOT coalesce(overdue, false) THEN NULL  -- how it is known (Timing.overdue_from)
+                        WHEN written_from = 'file_name' THEN 'file_name'
+                        WHEN snapshot_from = 'newest_entry' AND snapshot_ns - oldest_pending_ns > {timeout_ns}
+                          THEN 'entries'
+                        WHEN snapshot_from = 'newest_entry'
+                          AND written_ns - snapshot_ns > 2 * {timeout_ns} + {MTIME_SLACK_NS} THEN 'mtime_after_copy'
+                        ELSE 'mtime' END
+            FROM {rel.dumps} ORDER BY rank"""
     ).fetchall()
     pending = [r for r in rows if r[1]]
     overdue = [r for r in rows if r[5]]
@@ -371,21 +379,9 @@ def _timing(con, rel: Relations) -> Timing:
     # than their timeout at its dump's time (a dump time before its own entries is no evidence)
     in_flight = bool(pending) and not overdue and all(
         t is not None and w is not None and o is not None and w >= o for _, _, o, t, w, *_ in pending)
-    sources = [_overdue_from(*r[2:5], *r[6:9]) for r in overdue]
+    sources = [r[7] for r in overdue]
     return Timing([r[0] for r in overdue], in_flight, len(pending), sorted({r[6] for r in rows if r[6]}),
                   min(sources, key=OVERDUE_FROM.index) if sources else None)
-
-
-def _overdue_from(oldest_ns, timeout_ms, written_ns, written_from, snapshot_ns, snapshot_from) -> str:
-    """How one overdue dump is known to be overdue (see :class:`Timing`)."""
-    timeout_ns = (timeout_ms or 0) * 1_000_000
-    if written_from == "file_name":
-        return "file_name"
-    if snapshot_from == "newest_entry" and oldest_ns is not None and snapshot_ns - oldest_ns > timeout_ns:
-        return "entries"
-    if snapshot_from == "newest_entry" and written_ns - snapshot_ns > 2 * timeout_ns + MTIME_SLACK_NS:
-        return "mtime_after_copy"
-    return "mtime"
 
 
 def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:
