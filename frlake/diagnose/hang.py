@@ -34,11 +34,12 @@ class Stall:
     evidence: str | None = None
 
 
-def waits_for(ev: Evidence, unnamed: dict[int, set[int]] | None = None) -> dict[int, set[int]]:
-    """rank -> the ranks it waits for. ``unnamed`` collects the ranks that wait in a send or recv whose peer
-    the dump does not name (torchcomms in a group of more than two): they wait for the members of the group
-    that wait for nothing, which are fewer, weaker candidates than a named peer."""
+def waits_for(ev: Evidence) -> tuple[dict[int, set[int]], set[int]]:
+    """rank -> the ranks it waits for; and the ranks that wait in a send or recv whose peer the dump does not
+    name (torchcomms in a group of more than two): they wait for the members of the group that wait for
+    nothing, weaker candidates than a named peer."""
     graph: dict[int, set[int]] = {}
+    unnamed: set[int] = set()
     behind: dict[tuple[str, int], frozenset[int]] = {}  # (group, seq) -> members that never enqueued it
 
     def missing_at(pg: str, seq: int) -> frozenset[int]:
@@ -54,8 +55,8 @@ def waits_for(ev: Evidence, unnamed: dict[int, set[int]] | None = None) -> dict[
         targets: set[int] = set()
         if last.is_p2p and last.peer is None and last.pg is not None and last.state != "completed":
             targets = {m for m in ev.members.get(last.pg, []) if m != rank and _idle(ev, m)}
-            if unnamed is not None and targets:
-                unnamed[rank] = targets
+            if targets:
+                unnamed.add(rank)
         elif last.is_p2p:
             peer = last.peer
             if peer is not None and peer != rank:
@@ -65,7 +66,7 @@ def waits_for(ev: Evidence, unnamed: dict[int, set[int]] | None = None) -> dict[
         elif last.pg is not None and last.seq is not None:
             targets = set(missing_at(last.pg, last.seq) - {rank})
         graph[rank] = targets
-    return graph
+    return graph, unnamed
 
 
 def _idle(ev: Evidence, rank: int) -> bool:
@@ -81,8 +82,7 @@ def _unknown(ev: Evidence, rank: int, pg: str, seq: int) -> bool:
 
 
 def stalls(ev: Evidence) -> list[Stall]:
-    unnamed: dict[int, set[int]] = {}
-    graph = waits_for(ev, unnamed)
+    graph, unnamed = waits_for(ev)
     waited_by: dict[int, set[int]] = {}
     for waiter, targets in graph.items():
         for t in targets:
@@ -110,7 +110,7 @@ def stalls(ev: Evidence) -> list[Stall]:
         stopped = ev.last[rank].t if rank in ev.last else None
         # waited for only by ranks whose peer is not named: the root when it is the one member they can wait for
         guessed = all(w in unnamed for w in waited_by[rank])
-        role = "suspect" if guessed and any(len(unnamed[w]) > 1 for w in waited_by[rank]) else "root"
+        role = "suspect" if guessed and any(len(graph[w]) > 1 for w in waited_by[rank]) else "root"
         out.append(Stall(rank, role, reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
                          (), tuple(sorted(waited_by[rank])), evidence="unnamed_peer" if guessed else None))
     # never a rank that stopped later than a rank waiting for it could be first
