@@ -110,6 +110,19 @@ GROUPS = pa.schema(
     ]
 )
 
+# The members of each group a dump lists, as (start, step, count) runs (frlake.ingest.parse.rank_runs): what a
+# diagnosis reads, since 16,384 dumps that each list the world's 16,384 ranks are 268M numbers in ``groups``
+# and about 50,000 here. (A table of its own: the files of ``groups`` keep one schema.)
+GROUP_RUNS = pa.schema(
+    [
+        ("dump_id", pa.int64()),
+        ("rank", pa.int32()),
+        ("pg_name", pa.string()),
+        ("group_size", pa.int32()),
+        ("rank_runs", pa.list_(pa.int64())),
+    ]
+)
+
 PG_STATUS = pa.schema(
     [
         ("dump_id", pa.int64()),
@@ -190,6 +203,7 @@ TABLES: dict[str, pa.Schema] = {
     "dumps": DUMPS,
     "entries": ENTRIES,
     "groups": GROUPS,
+    "group_runs": GROUP_RUNS,
     "pg_status": PG_STATUS,
     "stacks": STACKS,
     "snapshots": SNAPSHOTS,
@@ -197,7 +211,7 @@ TABLES: dict[str, pa.Schema] = {
     "live_stacks": LIVE_STACKS,
 }
 
-PARTITIONED = ("dumps", "entries", "groups", "pg_status", "snapshots", "health", "live_stacks")
+PARTITIONED = ("dumps", "entries", "groups", "group_runs", "pg_status", "snapshots", "health", "live_stacks")
 
 
 # Progress between the snapshots of each rank (the derived view ``rank_progress``, docs/schema.md):

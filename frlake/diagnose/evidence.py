@@ -91,6 +91,11 @@ class Relations:
     calls: str = "_c"  # one row per rank and collective call (a coalesced block is one call)
     instances: str = "_inst"  # one row per collective instance (pg_name, seq) with two or more members
     group_keys: str = "_gk"  # (rank, pg name) -> group identity, where disjoint groups share a name
+    one_dump_per_rank: bool = False  # then every dump of the attempt is read: no filter is needed
+
+    def newest(self, alias: str = "") -> str:
+        """The condition that keeps the rows of the dumps read (each rank's newest, ``dumps``)."""
+        return "TRUE" if self.one_dump_per_rank else f"{alias}dump_id IN (SELECT dump_id FROM {self.dumps})"
 
 
 @dataclass
@@ -168,7 +173,10 @@ class PendingTail:
 
 def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
     params = {"job": job, "attempt": attempt}
-    rel = Relations()
+    several = dict(con.execute(
+        "SELECT rank, count(*) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank HAVING count(*) > 1",
+        params).fetchall())
+    rel = Relations(one_dump_per_rank=not several)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.dumps} AS
@@ -180,7 +188,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         """,
         params,
     )
-    split = _group_keys(con, params, rel)
+    lists = _member_lists(con, params, rel)
+    split = _group_keys(con, params, rel, lists)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
     con.execute(
@@ -192,7 +201,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
                {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend
         FROM entries en {keys}
-        WHERE en.job = $job AND en.attempt = $attempt AND en.dump_id IN (SELECT dump_id FROM {rel.dumps})
+        WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')}
         """,
         params,
     )
@@ -269,22 +278,22 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
             wrapped.add(rank)
     members: dict[str, set[int]] = {}
     desc: dict[str, str | None] = {}
-    # Each distinct rank list once: every rank of a 16,384-rank job lists the world's 16,384 ranks, and
-    # unnesting them all (268M rows) cost more than the rest of the diagnosis.
+    # Each distinct rank list once, read as its runs where every dump has them: every rank of a 16,384-rank
+    # job lists the world's 16,384 ranks, and decoding them all (268M numbers) cost more than the rest of
+    # the diagnosis.
     group = "coalesce(k.pg, c.pg_name)" if split else "c.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = c.rank AND k.pg_name = c.pg_name" if split else ""
-    for pg, pg_desc, ranks in con.execute(
-        f"""
-        SELECT {group}, min(c.pg_desc), any_value(c.ranks) FROM groups c {keys}
-        WHERE c.job = $job AND c.attempt = $attempt AND c.dump_id IN (SELECT dump_id FROM {rel.dumps})
-          AND c.ranks IS NOT NULL
-        GROUP BY {group}, c.group_size, hash(c.ranks)
-        """,
+    where = f"c.job = $job AND c.attempt = $attempt AND {rel.newest('c.')} AND c.group_size IS NOT NULL"
+    table, column = lists
+    for pg, listed in con.execute(
+        f"""SELECT {group}, any_value(c.{column}) FROM {table} c {keys} WHERE {where}
+            GROUP BY {group}, c.group_size, hash(c.{column})""",
         params,
     ).fetchall():
-        members.setdefault(pg, set()).update(ranks)
-        if pg not in desc or (pg_desc is not None and (desc[pg] is None or pg_desc < desc[pg])):
-            desc[pg] = pg_desc  # the least of the lists' descriptions, whatever order the rows come in
+        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
+    # the least of the lists' descriptions, whatever order the rows come in
+    desc.update(con.execute(f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {where} GROUP BY ALL",
+                            params).fetchall())
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
         f"SELECT rank, pg_name, min(pg_desc), min(seq), max(seq) FROM {rel.calls} GROUP BY ALL"
@@ -322,9 +331,6 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
             peer = min(members[pg] - {rank})  # no peer in the name (torchcomms): a pair's other member
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
     _from_pg_status(con, params, rel, members, last_seq)
-    several = dict(con.execute(
-        "SELECT rank, count(*) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank HAVING count(*) > 1",
-        params).fetchall())
     live_hosts = _live_hosts(con, params)
     world = set(hosts) | set(live_hosts)
     for ranks in members.values():
@@ -346,7 +352,7 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]],
     rows = con.execute(
         f"""
         WITH names AS (SELECT DISTINCT pg_id, pg_name FROM entries
-                       WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}))
+                       WHERE job = $job AND attempt = $attempt AND {rel.newest()})
         SELECT p.rank, n.pg_name, p.last_enqueued_collective
         FROM pg_status p JOIN names n ON p.pg_id = CAST(n.pg_id AS VARCHAR)
         WHERE p.job = $job AND p.attempt = $attempt
@@ -449,16 +455,18 @@ def live_stacks(con: duckdb.DuckDBPyConnection, job: str, attempt: int, ranks: l
             for r, h, t, src, path, th, frames in rows}
 
 
-def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -> dict[str, str]:
+def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations,
+                lists: tuple[str, str]) -> dict[str, str]:
     """Identify groups that share a name by their members (torch's split_group; its analyzer keys a group
     by name plus a hash of its ranks). Each rank's entries of such a name belong to the member set its own
     pg_config gives that name; a rank without one (an empty pg_config) to the one set that holds it; else
     to the name alone, as before. Builds ``rel.group_keys``; returns {group: name} for the split names."""
+    table, column = lists  # a list and its runs are equal or differ together
     if not con.execute(
         f"""
-        SELECT count(*) FROM (SELECT pg_name FROM groups
-          WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND len(ranks) > 0
-          GROUP BY pg_name HAVING min(ranks) <> max(ranks) LIMIT 1)
+        SELECT count(*) FROM (SELECT pg_name FROM {table}
+          WHERE job = $job AND attempt = $attempt AND {rel.newest()} AND group_size > 0
+          GROUP BY pg_name HAVING min({column}) <> max({column}) LIMIT 1)
         """,
         params,
     ).fetchone()[0]:
@@ -467,7 +475,7 @@ def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) ->
         f"""
         CREATE OR REPLACE TEMP TABLE _gcfg AS
         SELECT DISTINCT rank, pg_name, list_sort(list_distinct(ranks)) AS ranks FROM groups
-        WHERE job = $job AND attempt = $attempt AND dump_id IN (SELECT dump_id FROM {rel.dumps}) AND len(ranks) > 0
+        WHERE job = $job AND attempt = $attempt AND {rel.newest()} AND len(ranks) > 0
         """,
         params,
     )
@@ -492,6 +500,21 @@ def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) ->
         """
     )
     return dict(con.execute(f"SELECT DISTINCT pg, pg_name FROM {rel.group_keys} ORDER BY pg").fetchall())
+
+
+def _member_lists(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -> tuple[str, str]:
+    """Where to read the members of the groups the attempt's dumps list: ``group_runs`` when it holds every
+    list (dumps ingested before it existed are only in ``groups``), else ``groups``' rank lists."""
+    where = f"job = $job AND attempt = $attempt AND {rel.newest()} AND group_size IS NOT NULL"
+    complete = con.execute(f"SELECT (SELECT count(*) FROM groups WHERE {where}) = "
+                           f"(SELECT count(*) FROM group_runs WHERE {where})", params).fetchone()[0]
+    return ("group_runs", "rank_runs") if complete else ("groups", "ranks")
+
+
+def expand_runs(runs: list[int]) -> list[int]:
+    """The ranks of :func:`frlake.ingest.parse.rank_runs`' (start, step, count) runs."""
+    return [start + step * k for start, step, count in zip(runs[::3], runs[1::3], runs[2::3], strict=True)
+            for k in range(count)]
 
 
 def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:

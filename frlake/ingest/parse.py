@@ -148,6 +148,30 @@ def _parse_ranks(raw: object) -> list[int] | None:
 _RANKS_CACHE_MIN = 4096
 
 
+def rank_runs(ranks: list[int]) -> list[int]:
+    """The ranks as arithmetic runs, flattened (start, step, count, start, ...):
+    a world group of 16,384 ranks is one run, a data-parallel group of every
+    8th rank another, so a diagnosis reads three numbers instead of thousands
+    (16,384 dumps each listing the world are 268M ranks). Any list has runs:
+    at worst one per pair of ranks, 1.5 numbers per rank."""
+    runs: list[int] = []
+    i, n = 0, len(ranks)
+    while i < n:
+        step = ranks[i + 1] - ranks[i] if i + 1 < n else 0
+        j = i + 1
+        while j < n and ranks[j] - ranks[j - 1] == step:
+            j += 1
+        runs += (ranks[i], step, j - i)
+        i = j
+    return runs
+
+
+@functools.lru_cache(maxsize=32)
+def _runs_of_text(raw: str) -> list[int] | None:
+    ranks = _parse_ranks_text(raw)
+    return None if ranks is None else rank_runs(ranks)
+
+
 @functools.lru_cache(maxsize=32)
 def _parse_ranks_text(raw: str) -> list[int] | None:
     try:
@@ -187,11 +211,13 @@ def _groups(pg_config: object, budget: Budget, limits: Limits) -> list[dict]:
             ranks = None
         if ranks and not (isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN):  # else checked once, cached
             ints_in_range(ranks, "pg_config ranks", 1 << 31)
+        cached = isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN
         groups.append(
             {
                 "pg_name": short_str(name, "pg_config name", limits),
                 "pg_desc": None if desc is None else short_str(desc, "pg_config desc", limits),
                 "ranks": ranks,
+                "rank_runs": None if ranks is None else _runs_of_text(raw) if cached else rank_runs(ranks),
                 "group_size": None if ranks is None else len(ranks),
                 "ranks_raw": None if raw is None or ranks is not None else bounded_json(raw, budget, limits),
             }

@@ -421,6 +421,9 @@ def _dump_tables(parsed: ParsedDump, dump_id, sha, ident, encoding, src: Source,
     if parsed.groups:
         rows = [{**ident_cols, **g} for g in parsed.groups]
         tables["groups"] = _convert("pg_config", pa.Table.from_pylist, rows, schema.GROUPS)
+        runs = [r for r in rows if r["rank_runs"] is not None]
+        if runs:
+            tables["group_runs"] = _convert("pg_config", pa.Table.from_pylist, runs, schema.GROUP_RUNS)
     if parsed.pg_status:
         rows = [{**ident_cols, **p} for p in parsed.pg_status]
         tables["pg_status"] = _convert("pg_status", pa.Table.from_pylist, rows, schema.PG_STATUS)
