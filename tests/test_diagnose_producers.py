@@ -178,3 +178,30 @@ def test_one_tensor_of_two_dimensions_is_not_two_tensors_of_one(tmp_path):
         by_rank[rank] = entries
     d = _default_group_job(tmp_path, "shapes", by_rank)
     assert (d.verdict, d.root.rank, d.root.reason) == ("mismatch", 1, "size_mismatch"), d.summary
+
+
+def test_a_member_alone_at_the_frontier_is_judged_by_its_own_history(tmp_path):
+    """Two pipeline pairs (sibling groups: same description and size) whose tensors differ by design. Rank 2
+    alone reached seq 3 of its pair (rank 0 never did); its sizes differ from the sibling pair's, but equal
+    its own previous call from the same line: not a size mismatch. Rank 0, which never arrived, is the root."""
+    import pickle  # our own synthetic dumps, not input from outside
+
+    from tests.fixtures.make_producers import _nccl_entry
+
+    pairs = {0: ("1", [[16]], 2), 2: ("1", [[16]], 3), 1: ("2", [[8]], 3), 3: ("2", [[8]], 3)}
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+              "1": {"name": "1", "desc": "pp", "ranks": "[0, 2]"}, "2": {"name": "2", "desc": "pp", "ranks": "[1, 3]"}}
+    for rank, (pg, sizes, last) in pairs.items():
+        t = T0 + rank * 1000
+        entries = [_nccl_entry(seq - 1, (pg, "pp"), seq, "all_reduce", sizes, sizes, t=t + seq * 10, pg_id=int(pg),
+                               state="scheduled" if rank == 2 and seq == 3 else "completed")
+                   for seq in range(1, last + 1)]
+        folder = tmp_path / "nfs" / "pp" / "attempt-0" / f"h{rank}"
+        folder.mkdir(parents=True)
+        (folder / f"rank_{rank}").write_bytes(pickle.dumps(
+            {"version": "2.10", "pg_status": {}, "entries": entries, "pg_config": config}))
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([tmp_path / "nfs"], settings).rejected == 0
+    d = diagnose(settings, "pp", 0, store=False)
+    assert [(c.rank, c.role, c.reason) for c in d.culprits if c.role == "root"] == [(0, "root", "missing")], d.summary
+    assert not [c for c in d.culprits if c.reason.endswith("_mismatch")], d.summary

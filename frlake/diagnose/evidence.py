@@ -197,6 +197,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         CREATE OR REPLACE TEMP TABLE {rel.entries} AS
         SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
                en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
+               en.pg_id,
                en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
                {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend
@@ -398,10 +399,8 @@ def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:
         WITH p AS (  -- the attempt's own entries (groups keyed by members, torchcomms' ids renumbered)
           SELECT e.rank, e.pg_name, e.pg_desc, e.seq, e.op
           FROM {rel.entries} e
-          JOIN entries en ON en.job = $job AND en.attempt = $attempt AND en.dump_id = e.dump_id
-            AND en.entry_index = e.entry_index
           LEFT JOIN (SELECT * FROM pg_status WHERE job = $job AND attempt = $attempt) s
-            ON s.dump_id = e.dump_id AND s.pg_id = CAST(en.pg_id AS VARCHAR)
+            ON s.dump_id = e.dump_id AND s.pg_id = CAST(e.pg_id AS VARCHAR)
           WHERE NOT coalesce(e.is_p2p, false) AND NOT e.marker AND e.seq IS NOT NULL
             AND coalesce(e.state, '') <> 'completed'
             AND NOT coalesce(e.seq <= s.last_completed_collective, false)
