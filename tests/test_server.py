@@ -12,6 +12,7 @@ import pytest
 import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
+from frlake.ingest import IngestOptions
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, check_binding
 from tests.helpers import ingest
@@ -285,3 +286,27 @@ def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus):
     assert con.execute("SELECT count(*), count(DISTINCT sha256), count(DISTINCT dump_id) FROM dumps "
                        "WHERE job LIKE 'cc-%'").fetchone() == (3, 1, 3)
 
+
+
+def test_attempt_views_are_kept_per_catalog_version_and_follow_every_change(fresh, corpus):
+    """The server keeps an attempt's diagnosis, progress and arrivals per catalog version: the same answer
+    while nothing changed, the new one as soon as a dump is forgotten or ingested."""
+    settings, c = fresh
+    urls = ["/api/jobs/job-223715/attempts/0", "/api/jobs/job-223715/attempts/0/arrivals",
+            "/api/jobs/job-223715/attempts/0/progress"]
+    before = [c.get(u).get_json() for u in urls]
+    assert [c.get(u).get_json() for u in urls] == before
+    page = c.get("/jobs/job-223715/attempts/0").get_data(as_text=True)
+    ranks = {r["rank"] for g in before[2]["groups"] for r in g["ranks"]}
+    assert len(ranks) > 1
+    gone = sorted(ranks)[-1]
+    dump = next(p for p in (corpus / "job-223715").rglob("rank_*") if p.name.split(".")[0] == f"rank_{gone}")
+    with frlake.Frlake(settings) as fl:
+        assert fl.forget(job="job-223715", path=str(dump)).dumps == 1
+    after = [c.get(u).get_json() for u in urls]
+    assert gone not in {r["rank"] for g in after[2]["groups"] for r in g["ranks"]}
+    assert after[0]["diagnosis"] != before[0]["diagnosis"] and after[1] != before[1]
+    assert c.get("/jobs/job-223715/attempts/0").get_data(as_text=True) != page
+    ingest([dump], settings, IngestOptions(force=True))  # the undo: the dump again
+    again = [c.get(u).get_json() for u in urls]
+    assert again[2] == before[2] and again[1] == before[1]

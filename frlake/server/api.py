@@ -22,6 +22,7 @@ from frlake.server.params import (
     known_attempt,
     known_job,
     list_attempts_args,
+    progress,
     similar,
     trace_window,
     window,
@@ -88,13 +89,13 @@ def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
     d = diagnosis(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": session().progress(job, attempt, con=lake())})
+                    "diagnosis": d.to_dict(), "progress": progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
 def attempt_progress(job: str, attempt: int):
     known_attempt(job, attempt)
-    return jsonify({"job": job, "attempt": attempt, "groups": session().progress(job, attempt, con=lake())})
+    return jsonify({"job": job, "attempt": attempt, "groups": progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")

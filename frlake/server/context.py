@@ -5,6 +5,7 @@ reads through (flaskr's ``get_db`` pattern)."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 from flask import current_app, g
 
@@ -40,6 +41,29 @@ def catalog_version() -> tuple:
     if "catalog_version" not in g:
         g.catalog_version = catalog().version()
     return g.catalog_version
+
+
+# What a page shows of one attempt (its diagnosis, progress, arrivals) changes only when the catalog does:
+# each is computed once per catalog version and kept in a small LRU for every thread (an incident's page
+# is opened by many people at once). The values are shared: callers never change them.
+MEMO_ENTRIES = 128
+_memo: OrderedDict = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def memoized(name: str, args: tuple, compute):
+    """``compute()``, or what it gave for the same ``name`` and ``args`` at this catalog version."""
+    key = (catalog_version(), name, args)
+    with _memo_lock:
+        if key in _memo:
+            _memo.move_to_end(key)
+            return _memo[key]
+    value = compute()
+    with _memo_lock:
+        _memo[key] = value
+        while len(_memo) > MEMO_ENTRIES:
+            _memo.popitem(last=False)
+    return value
 
 
 def lake():

@@ -10,7 +10,7 @@ from flask import request, url_for
 
 from frlake.diagnose.model import REASONS, VERDICTS, Diagnosis
 from frlake.query.reports import Window, parse_when
-from frlake.server.context import catalog, config, lake, session
+from frlake.server.context import catalog, config, lake, memoized, session
 from frlake.server.errors import ApiError
 
 
@@ -85,7 +85,7 @@ def known_job(job: str) -> list[int]:
 
 
 def known_attempt(job: str, attempt: int) -> None:
-    if not catalog().has_attempt(job, attempt):
+    if not memoized("has_attempt", (job, attempt), lambda: catalog().has_attempt(job, attempt)):
         numbers = known_job(job)
         raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake; it has attempt(s) "
                        + ", ".join(map(str, numbers)),
@@ -95,7 +95,13 @@ def known_attempt(job: str, attempt: int) -> None:
 def diagnosis(job: str, attempt: int) -> Diagnosis:
     """The stored diagnosis, or one computed now and not stored: a GET never writes."""
     known_attempt(job, attempt)
-    return session().stored_diagnosis(job, attempt)
+    return memoized("diagnosis", (job, attempt), lambda: session().stored_diagnosis(job, attempt))
+
+
+def progress(job: str, attempt: int, pgs: list[str] | None = None) -> list[dict]:
+    """Per group and rank, the last sequence ids (shared: sort a copy)."""
+    return memoized("progress", (job, attempt, None if pgs is None else tuple(pgs)),
+                    lambda: session().progress(job, attempt, pgs, con=lake()))
 
 
 def entry_filter():
@@ -137,10 +143,11 @@ def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict
     around = request.args.get("around")
     if around and (seq[0] is not None or seq[1] is not None):
         raise ApiError(400, "bad_request", "give 'seq' or 'around', not both")
-    return session().arrivals(job, attempt, request.args.get("pg") or None, last=int_arg("last", 40, 1, 500),
-                              max_ranks=int_arg("max_ranks", 256, 1, 2048), seq=seq,
-                              around=int_arg("around", 0, 0, 2**62) if around else None, diagnosis=diag,
-                              con=lake())
+    pg, last, max_ranks = request.args.get("pg") or None, int_arg("last", 40, 1, 500), int_arg("max_ranks", 256, 1, 2048)
+    around = int_arg("around", 0, 0, 2**62) if around else None
+    # centred on the stored diagnosis, which is the same at one catalog version
+    return memoized("arrivals", (job, attempt, pg, last, max_ranks, seq, around), lambda: session().arrivals(
+        job, attempt, pg, last=last, max_ranks=max_ranks, seq=seq, around=around, diagnosis=diag, con=lake()))
 
 
 def trace_window():

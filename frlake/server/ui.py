@@ -19,6 +19,7 @@ from frlake.server.params import (
     known_attempt,
     known_job,
     list_attempts_args,
+    progress,
     window,
 )
 from frlake.server.tables import Export, export_url, respond
@@ -61,10 +62,10 @@ def attempt(job: str, attempt: int):
     # thousands of groups at 16,384 ranks: the page lists the culprits' groups first, then those behind
     d["groups_total"], d["groups"] = len(every_group), page_groups(every_group, d["culprits"])
     shown = None if exporting else [g["pg"] for g in d["groups"][:PROGRESS_GROUPS]]  # an export has every group
-    groups = session().progress(job, attempt, shown, con=lake())
+    groups = progress(job, attempt, shown)
     if shown is not None:  # in the page's order: the culprits' groups first
         order = {pg: i for i, pg in enumerate(shown)}
-        groups.sort(key=lambda g: order.get(g["pg"], len(order)))
+        groups = sorted(groups, key=lambda g: order.get(g["pg"], len(order)))
     tables = [
         Export("culprits", ["position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op", "waiters",
                             "waiting_for", "waited_by"],
