@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -200,30 +201,42 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
-    with ThreadPoolExecutor(max_workers=1) as io:  # raw copies written while the next dump is read
-        writes = [io.submit(lake.put_raw, key, blob) for key, blob in _ingest_loaded(ctx, lake, resolver, loaded,
-                                                                                    known, result, per_partition)]
+    # Raw copies are compressed and written while the next dump is read, and the batch's Parquet files side
+    # by side: zstd, Parquet and fsync let go of the GIL, so they take no time from the parsing.
+    with ThreadPoolExecutor(max_workers=2) as io:
+        writes = [io.submit(_keep_raw, lake, key, data) for key, data in _ingest_loaded(ctx, lake, resolver, loaded,
+                                                                                       known, result, per_partition)]
         for w in writes:
             w.result()  # a raw copy that cannot be written fails the batch, as before: nothing is committed
-    for (job, attempt), tables in per_partition.items():
-        for name, parts in tables.items():
-            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+        staging = [(name, job, attempt, io.submit(_stage, lake, parts))
+                   for (job, attempt), tables in per_partition.items() for name, parts in tables.items()]
+        for name, job, attempt, stage in staging:
+            staged, rows, size = stage.result()
             rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            staged, size = lake.stage_table(table)
-            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
+            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, rows, size))
     return result
+
+
+def _keep_raw(lake: Lake, key: str, data: bytes) -> int:
+    return lake.put_raw(key, compress_raw(data))
+
+
+def _stage(lake: Lake, parts: list[pa.Table]) -> tuple[Path, int, int]:
+    table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+    staged, size = lake.stage_table(table)
+    return staged, table.num_rows, size
 
 
 def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, loaded: list, known: dict,
                    result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
-    """Read each loaded file; yield (key, compressed bytes) of every raw copy to write (once per key)."""
+    """Read each loaded file; yield (key, bytes) of every raw copy to write (once per key)."""
     live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
     queued: set[str] = set()  # raw copies already yielded
 
     def raw_copy(key: str, data: bytes) -> Iterator[tuple[str, bytes]]:
         if key not in queued and not lake.raw_path(key).exists():
             queued.add(key)
-            yield key, compress_raw(data)
+            yield key, data
 
     now = datetime.now(UTC)
     for src, data, sha in loaded:
