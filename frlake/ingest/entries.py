@@ -155,7 +155,8 @@ def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type
 
     The fields that the first and last entries share (nearly all of them in a
     real dump) are read by one C-level ``itemgetter`` call per entry and then
-    transposed; any other known field takes one ``dict.get`` pass of its own.
+    transposed; any other known field takes one ``dict.get`` pass of its own,
+    until the fields read account for every value of every entry.
     """
     n = len(raw)
     cols: dict[str, list] = {}
@@ -169,12 +170,11 @@ def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type
         cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
         break
     present = n * len(cols)
-    only_shared = present == total  # then no entry holds any other field
     kinds = {name: set(map(type, col)) for name, col in cols.items()}
     for name in _FIELDS:
         if name in cols:
             continue
-        if only_shared:
+        if present == total:  # the fields read so far hold every value: no entry holds any other field
             cols[name], kinds[name] = [None] * n, {NONE}
             continue
         col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
