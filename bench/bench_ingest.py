@@ -8,8 +8,13 @@ run and from a warm page cache times:
   * ingest 1: frlake ingest with one worker (safe load, parse, raw copy,
               Parquet, catalog);
   * ingest 2: the same with --workers 2, into a fresh lake;
+  * ingest only, 1 and 2 workers: the same without the diagnosis that
+              ``Frlake.ingest`` runs after it (``IngestOptions(diagnose=False)``);
   * rescan  : a no-op re-run over the same tree (nothing changed), and over a
-              tree of --rescan-files files (hard links to the test corpus).
+              tree of --rescan-files files (hard links to the test corpus);
+  * per file: CPU ms per dump of each step of a worker (safe unpickle, column
+              parse, Arrow tables, raw copy, sha256, Parquet) on --breakdown-files
+              of the dumps, beside plain pickle.load with and without the GC.
 Prints the ratios and writes bench/results/ingest.json.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import json
 import os
 import pickle
@@ -38,6 +44,7 @@ from _frlake import ingest  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
+from frlake.session import Frlake  # noqa: E402
 
 
 def tree_bytes(folder: Path) -> int:
@@ -58,12 +65,79 @@ def cpu_timed(fn):
     return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), result
 
 
+def per_file_breakdown(files: list[Path], batch: int = 32) -> dict[str, float]:
+    """CPU ms per dump of each step a worker takes (best of 3 passes over the
+    files, one step at a time), and of plain pickle.load with and without the GC."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from frlake.ingest.identity import Identity
+    from frlake.ingest.parse import Limits, parse_dump
+    from frlake.ingest.safeload import decode
+    from frlake.ingest.sources import Source
+    from frlake.ingest.worker import _dump_tables, gc_paused
+    from frlake.lake import Lake, compress_raw
+
+    datas = [p.read_bytes() for p in files]
+    limits, now = Limits(), datetime.now(UTC)
+
+    def best(step, gc_on=False) -> float:
+        times = []
+        for _ in range(3):
+            start = time.process_time()
+            if gc_on:
+                step()
+            else:
+                with gc_paused():
+                    step()
+            times.append(time.process_time() - start)
+        return round(min(times) / len(datas) * 1e3, 3)
+
+    def each(fn, *columns):
+        for args in zip(*columns):
+            fn(*args)  # each result dropped at once, as a worker does
+
+    out = {  # first, while this process holds no decoded dump for the GC to walk
+        "plain_pickle_load_gc_on": best(lambda: each(pickle.loads, datas), gc_on=True),
+        "plain_pickle_load_gc_off": best(lambda: each(pickle.loads, datas)),
+        "safe_unpickle": best(lambda: each(decode, datas, [1 << 31] * len(datas))),
+    }
+    decoded = [decode(d, 1 << 31) for d in datas]
+    parsed = [parse_dump(obj, enc, len(d), limits) for (obj, enc), d in zip(decoded, datas)]
+
+    def tables_of(i):
+        d = datas[i]
+        return _dump_tables(parsed[i], i, "0" * 64, Identity("bench", 0, "host", i), "pickle", Source(str(files[i]), len(d), 1),
+                            len(d), 1, now)
+
+    tables = [tables_of(i) for i in range(len(datas))]
+    lake = Lake(Path(files[0]).parent / ".bench-staging")
+
+    def parquet():
+        for start in range(0, len(tables), batch):
+            for name in tables[start]:
+                staged, _ = lake.stage_table(pa.concat_tables([t[name] for t in tables[start:start + batch] if name in t]))
+                staged.unlink()
+
+    out |= {
+        "column_parse": best(lambda: each(lambda pair, d: parse_dump(*pair, len(d), limits), decoded, datas)),
+        "arrow_tables": best(lambda: each(tables_of, range(len(datas)))),
+        "raw_copy_zstd": best(lambda: each(compress_raw, datas)),
+        "sha256": best(lambda: each(lambda d: hashlib.sha256(d).hexdigest(), datas)),
+        "parquet": best(parquet),
+    }
+    shutil.rmtree(lake.root, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=256)
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--workdir", default="/tmp/frlake-bench-ingest")
     ap.add_argument("--rescan-files", type=int, default=100_000)
+    ap.add_argument("--breakdown-files", type=int, default=64, help="dumps the per-file breakdown reads (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
     args = ap.parse_args()
 
@@ -82,9 +156,12 @@ def main() -> None:
                 pickle.load(f)  # the unsafe baseline: never do this in product code
 
     t_plain, cpu_plain, _ = cpu_timed(plain)
+    # Once per lake, inside every run into a fresh lake below: creating its catalog (the migrations).
+    with Frlake(Settings.resolve(work / "lake-empty")) as fl:
+        t_catalog, _ = timed(lambda: fl.catalog)
     results = {"world": args.world, "entries_per_rank": args.entries, "files": len(files),
                 "pickle_bytes": pickle_bytes, "plain_unpickle_s": round(t_plain, 3),
-                "plain_unpickle_cpu_s": round(cpu_plain, 3)}
+                "plain_unpickle_cpu_s": round(cpu_plain, 3), "catalog_create_s": round(t_catalog, 3)}
 
     for workers in (1, 2):
         lake = Settings.resolve(work / f"lake-w{workers}")
@@ -94,6 +171,14 @@ def main() -> None:
         if workers == 1:  # in-process: every CPU second of the ingest is this process'
             results["ingest_w1_cpu_s"] = round(cpu, 3)
         results[f"entries_w{workers}"] = summary.entries
+
+    for workers in (1, 2):  # the ingest alone: no diagnosis after it
+        lake = Settings.resolve(work / f"lake-only-w{workers}")
+        t, cpu, summary = cpu_timed(lambda: ingest([dumps], lake, IngestOptions(workers=workers, diagnose=False)))
+        assert summary.ingested == len(files) and summary.rejected == 0 and not summary.diagnosed, summary
+        results[f"ingest_only_w{workers}_s"] = round(t, 3)
+        if workers == 1:
+            results["ingest_only_w1_cpu_s"] = round(cpu, 3)
 
     lake = Settings.resolve(work / "lake-w2")
     t_noop, summary = timed(lambda: ingest([dumps], lake, IngestOptions(workers=2)))
@@ -133,6 +218,11 @@ def main() -> None:
     results["ratio_ingest_w1_vs_plain_cpu"] = round(results["ingest_w1_cpu_s"] / cpu_plain, 2)
     results["speedup_w2_vs_w1"] = round(results["ingest_w1_s"] / results["ingest_w2_s"], 2)
     results["parquet_over_pickle"] = round(results["parquet_bytes"] / pickle_bytes, 3)
+    results["ratio_ingest_only_w1_vs_plain"] = round(results["ingest_only_w1_s"] / t_plain, 2)
+    results["ratio_ingest_only_w1_vs_plain_cpu"] = round(results["ingest_only_w1_cpu_s"] / cpu_plain, 2)
+    results["speedup_only_w2_vs_w1"] = round(results["ingest_only_w1_s"] / results["ingest_only_w2_s"], 2)
+    if args.breakdown_files:
+        results["per_file_cpu_ms"] = per_file_breakdown(files[: args.breakdown_files])
 
     print(f"{len(files)} files, {pickle_bytes / 1e6:.0f} MB of pickles, {results['entries_w1']:,} entries")
     print(f"  plain pickle.load      {t_plain:7.2f} s  ({cpu_plain:.2f} CPU s)")
@@ -140,12 +230,19 @@ def main() -> None:
           f"({results['ingest_w1_cpu_s']:.2f} CPU s = {results['ratio_ingest_w1_vs_plain_cpu']}x plain's CPU)")
     print(f"  frlake ingest, 2 workers{results['ingest_w2_s']:7.2f} s  = {results['ratio_ingest_w2_vs_plain']}x plain, "
           f"{results['speedup_w2_vs_w1']}x faster than 1 worker")
-    print(f"  no-op re-scan           {t_noop:7.2f} s")
+    print(f"  ingest only (no diagnosis), 1 worker {results['ingest_only_w1_s']:.2f} s = "
+          f"{results['ratio_ingest_only_w1_vs_plain']}x plain ({results['ingest_only_w1_cpu_s']:.2f} CPU s = "
+          f"{results['ratio_ingest_only_w1_vs_plain_cpu']}x); 2 workers {results['ingest_only_w2_s']:.2f} s, "
+          f"{results['speedup_only_w2_vs_w1']}x faster than 1 worker")
+    print(f"  no-op re-scan           {t_noop:7.2f} s; creating a lake's catalog (once per lake, in each run above) "
+          f"{t_catalog:.2f} s")
     print(f"  Parquet {results['parquet_bytes'] / 1e6:.1f} MB = {results['parquet_over_pickle']} of the pickle bytes "
           f"(raw copies {results['raw_copy_bytes'] / 1e6:.1f} MB, zstd)")
     if n:
         print(f"  no-op re-scan of {n:,} files: {t_again:.2f} s ({results['rescan_us_per_file']} us per file; "
               f"first pass {t_first:.1f} s)")
+    if args.breakdown_files:
+        print("  per file, CPU ms: " + ", ".join(f"{k} {v}" for k, v in results["per_file_cpu_ms"].items()))
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "ingest.json").write_text(json.dumps(results, indent=2) + "\n")

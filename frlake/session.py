@@ -144,6 +144,10 @@ class Frlake:
         from frlake.ingest.pipeline import IngestOptions, ingest
 
         options = options or IngestOptions()
+        if options.workers > 1 or options.isolate:
+            from frlake.ingest.pool import pool_context
+
+            pool_context()  # the workers' forkserver imports frlake while this process opens the catalog
         summary = ingest(self.catalog, self.lake, paths, options, progress, keep_file_list=keep_file_list,
                          sources=sources)
         log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,

@@ -187,6 +187,19 @@ def test_an_upload_with_a_hostile_value_keeps_the_good_files(tmp_path, corpus):
     assert summary.rejected_by_reason == {"bad_value": 1, "bad_text": 1}
 
 
+def test_a_stack_checked_under_one_limit_is_checked_again_under_another():
+    """A worker remembers the stacks it has checked; what it remembers holds for the limits it checked them by."""
+    from frlake.errors import DumpRejected
+    from frlake.ingest.parse import parse_dump
+
+    frames = [{"name": "n" * 100, "filename": "train.py", "line": 7}]
+    dump = _dump([_entry(frames=frames)])
+    assert len(parse_dump(dump, "pickle", 4096, Limits()).stacks) == 1
+    with pytest.raises(DumpRejected) as refused:
+        parse_dump(dump, "pickle", 4096, Limits(max_string=50))
+    assert (refused.value.reason, refused.value.message) == ("bad_schema", "a frame's name or filename is not a short string")
+
+
 def test_reason_codes_are_documented():
     text = (ROOT / "docs" / "security.md").read_text()
     section = text.split("## Dumps", 1)[1].split("\n## ", 1)[0]

@@ -220,6 +220,17 @@ def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
         assert fl.connect().execute("SELECT count(*) FROM dumps").fetchone()[0] == 24
 
 
+def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wrote(tmp_path, corpus):
+    tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))  # 3 attempts of 8 dumps, in path order
+    summary = ingest([tree], settings, IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
+    assert summary.compacted == 0
+    with Frlake(settings) as fl:
+        counts = {(table, attempt): n for table, _, attempt, n in fl.catalog.partition_file_counts(min_files=1)
+                  if table != "stacks"}
+    # each attempt's 8 dumps in 2 whole batches of 4 (cutting the last batches smaller made 7 files of attempt 2)
+    assert set(counts.values()) == {2} and {a for _, a in counts} == {0, 1, 2}, counts
+
+
 def test_compact_command(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))

@@ -12,6 +12,7 @@ import re
 from itertools import accumulate, chain, repeat
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from frlake import schema
 from frlake.errors import DumpRejected
@@ -80,10 +81,13 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
 
     backend, op, src, dst, derived_p2p = _names(cols["profiling_name"], limits)
     is_p2p = derived_p2p
-    if not kinds["is_p2p"] <= {NONE}:
-        # The op name wins where the flag contradicts it: torchcomms records its sends and recvs ("ncclx:send",
-        # no peer in the name) with is_p2p false. A true flag is kept (NCCL's p2p batches, "nccl:coalesced").
-        is_p2p = [bool(flag) or bool(named) for flag, named in zip(cols["is_p2p"], derived_p2p)]
+    # The op name wins where the flag contradicts it: torchcomms records its sends and recvs ("ncclx:send",
+    # no peer in the name) with is_p2p false. A true flag is kept (NCCL's p2p batches, "nccl:coalesced").
+    if kinds["is_p2p"] <= {bool, NONE} and not kinds["is_p2p"] <= {NONE}:
+        flags = pa.array(cols["is_p2p"], pa.bool_())
+        is_p2p = pc.or_(pc.fill_null(flags, False), pc.fill_null(derived_p2p, False))
+    elif not kinds["is_p2p"] <= {NONE}:  # integers as flags
+        is_p2p = [bool(flag) or bool(named) for flag, named in zip(cols["is_p2p"], derived_p2p.to_pylist())]
     thread_id = cols["thread_id"]
     if int in kinds["thread_id"]:
         ints_in_range([v for v in thread_id if type(v) is int], "thread_id")
@@ -151,7 +155,8 @@ def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type
 
     The fields that the first and last entries share (nearly all of them in a
     real dump) are read by one C-level ``itemgetter`` call per entry and then
-    transposed; any other known field takes one ``dict.get`` pass of its own.
+    transposed; any other known field takes one ``dict.get`` pass of its own,
+    until the fields read account for every value of every entry.
     """
     n = len(raw)
     cols: dict[str, list] = {}
@@ -165,12 +170,11 @@ def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type
         cols = {shared[0]: rows} if len(shared) == 1 else dict(zip(shared, zip(*rows)))
         break
     present = n * len(cols)
-    only_shared = present == total  # then no entry holds any other field
     kinds = {name: set(map(type, col)) for name, col in cols.items()}
     for name in _FIELDS:
         if name in cols:
             continue
-        if only_shared:
+        if present == total:  # the fields read so far hold every value: no entry holds any other field
             cols[name], kinds[name] = [None] * n, {NONE}
             continue
         col = list(map(dict.get, raw, repeat(name), repeat(_MISSING)))
@@ -238,6 +242,7 @@ def _string_lists(values: list, name: str, budget: Budget, limits: Limits) -> pa
 
 
 _FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
+_NAME_TYPES = tuple(schema.ENTRIES.field(name).type for name in ("backend", "op", "p2p_src", "p2p_dst", "is_p2p"))
 _SIZES, _DTYPES = schema.ENTRIES.field("input_sizes").type, schema.ENTRIES.field("input_dtypes").type
 _MISSING = object()
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
@@ -245,8 +250,9 @@ _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 
 
 def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
-    import pyarrow.compute as pc
-
+    data = arr.buffers()[2]
+    if data is None or data.size <= limits.max_string:  # all its strings together are not longer than the limit
+        return
     if len(arr) and arr.null_count < len(arr):
         longest = pc.max(pc.utf8_length(arr)).as_py()
         if longest is not None and longest > limits.max_string:
@@ -300,13 +306,11 @@ def _stacks(frames_col: list, found: set[type], budget: Budget, limits: Limits) 
     first: dict[tuple | None, int] = {}
     firsts = list(map(first.setdefault, keys, range(len(keys))))  # each entry: the first entry with its frames
     stacks: dict[int, list[dict]] = {}
-    by_content: dict[tuple, int] = {}
-    resolved = {i: None if key is None else _intern_stack(frames_col[i], by_content, stacks, limits)
-                for key, i in first.items()}
+    resolved = {i: None if key is None else _intern_stack(frames_col[i], stacks, limits) for key, i in first.items()}
     return list(map(resolved.__getitem__, firsts)), stacks
 
 
-def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) -> int:
+def _intern_stack(frames: list, stacks: dict, limits: Limits) -> int:
     if set(map(type, frames)) - {dict}:
         raise DumpRejected("bad_schema", "a frame is not a dict")
     try:
@@ -316,8 +320,8 @@ def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) 
     # Only str, int and None may be hashed: a tuple bomb would hash forever.
     if set(map(type, chain.from_iterable(key))) - {str, int, NONE}:
         raise DumpRejected("bad_schema", "a frame holds something other than a name, file and line")
-    sid = by_content.get(key)
-    if sid is None:
+    known = _checked_stacks.get((limits.max_string, key))
+    if known is None:
         for name, filename, line in key:
             for text in (name, filename):
                 if text is not None and (type(text) is not str or len(text) > limits.max_string):
@@ -328,17 +332,29 @@ def _intern_stack(frames: list, by_content: dict, stacks: dict, limits: Limits) 
                 raise DumpRejected("bad_schema", "a frame's line is not an integer")
             if line is not None:
                 int64(line, "a frame's line")
-        sid = by_content[key] = stack_id(key)
-        stacks[sid] = [{"name": a, "filename": b, "line": c} for a, b, c in key]
+        known = stack_id(key), [{"name": a, "filename": b, "line": c} for a, b, c in key]
+        if len(_checked_stacks) >= _CHECKED_STACKS_MAX:
+            _checked_stacks.clear()
+        _checked_stacks[(limits.max_string, key)] = known
+    sid, checked = known
+    stacks[sid] = checked
     return sid
 
 
-def _names(profiling_names: list, limits: Limits):
-    """Split 'nccl:send 0->1' into backend, op, src, dst and is-p2p, once per distinct name."""
-    if not profiling_names:
-        return [], [], [], [], []
-    table = {name: _split_name(name, limits) for name in dict.fromkeys(profiling_names)}
-    return tuple(map(list, zip(*map(table.__getitem__, profiling_names))))
+# The stacks this process has checked, by content (and string limit), with their ids and frames: a worker
+# reads many dumps of one job, and each holds the same few stacks. Emptied when it is full.
+_checked_stacks: dict[tuple[int, tuple], tuple[int, list[dict]]] = {}
+_CHECKED_STACKS_MAX = 1 << 14
+
+
+def _names(profiling_names: list, limits: Limits) -> tuple[pa.Array, ...]:
+    """Split 'nccl:send 0->1' into backend, op, src, dst and is-p2p, once per
+    distinct name (the names' types are checked): each column is the distinct
+    names' parts taken by the index of each entry's name."""
+    index = {name: i for i, name in enumerate(dict.fromkeys(profiling_names))}
+    at = pa.array(list(map(index.__getitem__, profiling_names)), pa.int32())
+    parts = list(zip(*(_split_name(name, limits) for name in index))) or [()] * 5
+    return tuple(pa.array(values, typ).take(at) for values, typ in zip(parts, _NAME_TYPES))
 
 
 def _split_name(name: object, limits: Limits) -> tuple:

@@ -346,8 +346,11 @@ class _Run:
 
     def _chunks(self, sources: Iterator[Source]) -> Iterator[list[Source]]:
         """Chunks of ``chunk_files`` files (or ``chunk_bytes``), read a few
-        chunks ahead. Once the inputs run out, what is left is cut into smaller
-        and smaller chunks, so that the workers finish at about the same time."""
+        chunks ahead. With several workers, once the inputs run out, what is
+        left is cut into smaller chunks (down to a quarter of one), so that the
+        workers finish at about the same time. One worker has nobody to wait
+        for: its chunks stay whole, and so does the number of files each run
+        adds to a partition (fewer files, no compaction of what it just wrote)."""
         opts, workers = self.options, max(1, self.options.workers)
         ahead: deque[Source] = deque()
         held = 0  # bytes that look-ahead sources hold in memory (uploads) or in spill files (archive members)
@@ -363,8 +366,8 @@ class _Run:
             if not ahead:
                 return
             most = opts.chunk_files
-            if exhausted:  # a quarter of what is left per worker, down to an eighth of a chunk
-                most = max(1, opts.chunk_files // 8, min(most, len(ahead) // (4 * workers)))
+            if exhausted and workers > 1:  # half a worker's share of what is left, down to a quarter chunk
+                most = max(1, opts.chunk_files // 4, min(most, -(-len(ahead) // (2 * workers))))
             chunk: list[Source] = []
             size = 0
             while ahead and len(chunk) < most and size < opts.chunk_bytes:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -200,30 +201,42 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
-    with ThreadPoolExecutor(max_workers=1) as io:  # raw copies written while the next dump is read
-        writes = [io.submit(lake.put_raw, key, blob) for key, blob in _ingest_loaded(ctx, lake, resolver, loaded,
-                                                                                    known, result, per_partition)]
+    # Raw copies are compressed and written while the next dump is read, and the batch's Parquet files side
+    # by side: zstd, Parquet and fsync let go of the GIL, so they take no time from the parsing.
+    with ThreadPoolExecutor(max_workers=2) as io:
+        writes = [io.submit(_keep_raw, lake, key, data) for key, data in _ingest_loaded(ctx, lake, resolver, loaded,
+                                                                                       known, result, per_partition)]
         for w in writes:
             w.result()  # a raw copy that cannot be written fails the batch, as before: nothing is committed
-    for (job, attempt), tables in per_partition.items():
-        for name, parts in tables.items():
-            table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+        staging = [(name, job, attempt, io.submit(_stage, lake, parts))
+                   for (job, attempt), tables in per_partition.items() for name, parts in tables.items()]
+        for name, job, attempt, stage in staging:
+            staged, rows, size = stage.result()
             rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            staged, size = lake.stage_table(table)
-            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, table.num_rows, size))
+            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, rows, size))
     return result
+
+
+def _keep_raw(lake: Lake, key: str, data: bytes) -> int:
+    return lake.put_raw(key, compress_raw(data))
+
+
+def _stage(lake: Lake, parts: list[pa.Table]) -> tuple[Path, int, int]:
+    table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
+    staged, size = lake.stage_table(table)
+    return staged, table.num_rows, size
 
 
 def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, loaded: list, known: dict,
                    result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
-    """Read each loaded file; yield (key, compressed bytes) of every raw copy to write (once per key)."""
+    """Read each loaded file; yield (key, bytes) of every raw copy to write (once per key)."""
     live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
     queued: set[str] = set()  # raw copies already yielded
 
     def raw_copy(key: str, data: bytes) -> Iterator[tuple[str, bytes]]:
         if key not in queued and not lake.raw_path(key).exists():
             queued.add(key)
-            yield key, compress_raw(data)
+            yield key, data
 
     now = datetime.now(UTC)
     for src, data, sha in loaded:
@@ -330,9 +343,16 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
             return _Dump(ident, None, None, {}, key)
         dump_id = dump_id_of(key, ident.job, ident.attempt)
         tables = _dump_tables(parsed, dump_id, key, ident, encoding, src, len(data), ctx.run_id, now)
-        if parsed.stacks:
-            _convert("stacks", stacks_table, parsed.stacks)  # the parent builds the table of new stacks
+        unconverted = {k: v for k, v in parsed.stacks.items() if k not in _converted_stacks}
+        if unconverted:  # the parent builds the table of new stacks: it must not fail on a value
+            _convert("stacks", stacks_table, unconverted)
+            if len(_converted_stacks) > 1 << 16:
+                _converted_stacks.clear()
+            _converted_stacks.update(unconverted)
     return _Dump(ident, parsed, encoding, tables, key)
+
+
+_converted_stacks: set[int] = set()  # the stacks this process has converted to Arrow once, by id
 
 
 def holders_of(ctx: WorkerContext, key: str) -> dict[tuple[str, int], tuple[int, str]]:
@@ -479,32 +499,36 @@ def snapshot_row(parsed: ParsedDump, src: Source) -> dict:
             last_completed[p["pg_id"]] = p["last_completed_collective"]
     n_pending, oldest, overdue, timeout_max = 0, None, False, None
     if parsed.n_entries:
-        state, seq, pg_id, p2p, pg_name = (cols[k].to_pylist() for k in
-                                           ("state", "collective_seq_id", "pg_id", "is_p2p", "pg_name"))
-        created, timeouts = cols["time_created_ns"].to_pylist(), cols["timeout_ms"].to_pylist()
-        done = {(n, q) for s, n, q in zip(state, pg_name, seq) if s == "completed"}
+        timeout_max = pc.max(cols["timeout_ms"]).as_py()
+        completed = pc.fill_null(pc.equal(cols["state"], "completed"), False)
+        collective = pc.invert(pc.fill_null(cols["is_p2p"], False))
+        seq, pg_name = cols["collective_seq_id"], cols["pg_name"]
         from_entries = not last_completed
-        for i, s in enumerate(state):
-            t_ms = timeouts[i]
-            if t_ms is not None and (timeout_max is None or t_ms > timeout_max):
-                timeout_max = t_ms
-            if p2p[i]:
-                continue
-            if s == "completed":
-                if from_entries and seq[i] is not None:
-                    key = pg_name[i] or ""
-                    last_completed[key] = max(seq[i], last_completed.get(key, seq[i]))
-                continue
-            if (pg_name[i], seq[i]) in done:
-                continue  # an op of a coalesced block whose end marker completed
-            bound = last_completed.get(str(pg_id[i])) if not from_entries else None
-            if bound is not None and seq[i] is not None and seq[i] <= bound:
-                continue  # gloo: its state stays "scheduled", pg_status counts what completed
-            n_pending += 1
-            if created[i] is not None:
-                oldest = created[i] if oldest is None else min(oldest, created[i])
-                if t_ms is not None and written is not None and written - created[i] > t_ms * 1_000_000:
-                    overdue = True
+        if from_entries:  # per group, the largest sequence id of its completed collectives
+            done = pa.table({"pg": pc.fill_null(pg_name, ""), "seq": seq}).filter(pc.and_(completed, collective))
+            for row in done.group_by("pg").aggregate([("seq", "max")]).to_pylist():
+                if row["seq_max"] is not None:
+                    last_completed[row["pg"]] = row["seq_max"]
+        # The collectives not completed, one by one: few in a dump (the ones a hang left behind).
+        open_ = pc.indices_nonzero(pc.and_(pc.invert(completed), collective))
+        if len(open_):
+            names, seqs = pg_name.take(open_).to_pylist(), seq.take(open_).to_pylist()
+            pg_ids = cols["pg_id"].take(open_).to_pylist()
+            created, timeouts = cols["time_created_ns"].take(open_).to_pylist(), cols["timeout_ms"].take(open_).to_pylist()
+            # an op of a coalesced block whose end marker (same group and sequence id) completed is not pending
+            same_seq = pc.and_(completed, pc.is_in(seq, value_set=pa.array(list(set(seqs)), pa.int64())))
+            ended = set(zip(pg_name.filter(same_seq).to_pylist(), seq.filter(same_seq).to_pylist()))
+            for name, q, pg_id, c, t_ms in zip(names, seqs, pg_ids, created, timeouts):
+                if (name, q) in ended:
+                    continue
+                bound = last_completed.get(str(pg_id)) if not from_entries else None
+                if bound is not None and q is not None and q <= bound:
+                    continue  # gloo: its state stays "scheduled", pg_status counts what completed
+                n_pending += 1
+                if c is not None:
+                    oldest = c if oldest is None else min(oldest, c)
+                    if t_ms is not None and written is not None and written - c > t_ms * 1_000_000:
+                        overdue = True
     return {
         "written_ns": written, "written_from": written_from, "snapshot_ns": snapshot, "snapshot_from": snapshot_from,
         "has_entries": parsed.has_entries, "n_pending": n_pending, "oldest_pending_ns": oldest,
