@@ -239,7 +239,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
                state
         FROM {rel.entries} e WHERE NOT is_p2p AND NOT marker
     """
-    if con.execute(f"SELECT count(*) FROM {rel.blocks}").fetchone()[0]:
+    has_blocks = con.execute(f"SELECT count(*) FROM {rel.blocks}").fetchone()[0] > 0
+    if has_blocks:
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE _blk_calls AS
@@ -303,25 +304,25 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Evidence:
         desc.setdefault(pg, pg_desc)
         first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
     last = {}
+    # Each rank's first unfinished entry (once something finished), else its last: the whole row is carried
+    # through the aggregate, so the attempt's entries are read once. The ops of a coalesced block stay
+    # "scheduled"; its end marker has the state.
+    entry = "struct_pack(pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id)"
+    blocks = f"LEFT JOIN {rel.blocks} b ON {_IN_BLOCK}" if has_blocks else ""
     for row in con.execute(
         f"""
-        WITH s AS (  -- the ops of a coalesced block stay "scheduled"; its end marker has the state
-          SELECT e.rank, e.entry_index, coalesce(b.state, e.state) AS state
-          FROM {rel.entries} e LEFT JOIN {rel.blocks} b
-            ON {_IN_BLOCK}
-          WHERE NOT e.marker
+        WITH s AS (
+          SELECT e.* REPLACE ({"coalesce(b.state, e.state)" if has_blocks else "e.state"} AS state)
+          FROM {rel.entries} e {blocks} WHERE NOT e.marker
         ), k AS (
           SELECT rank,
                  CASE WHEN bool_or(state = 'completed') AND count(*) FILTER (WHERE state <> 'completed') > 0
-                      THEN min(entry_index) FILTER (WHERE state <> 'completed')
-                      ELSE max(entry_index) END AS stuck_at
+                      THEN arg_min({entry}, entry_index) FILTER (WHERE state <> 'completed')
+                      ELSE arg_max({entry}, entry_index) END AS r
           FROM s GROUP BY rank
         )
-        SELECT e.rank, e.pg_name, e.pg_desc, e.seq, e.op, e.is_p2p, e.p2p_src, e.p2p_dst,
-               coalesce(b.state, e.state), e.t, e.stack_id
-        FROM {rel.entries} e JOIN k ON e.rank = k.rank AND e.entry_index = k.stuck_at
-        LEFT JOIN {rel.blocks} b
-          ON {_IN_BLOCK}
+        SELECT rank, r.pg_name, r.pg_desc, r.seq, r.op, r.is_p2p, r.p2p_src, r.p2p_dst, r.state, r.t, r.stack_id
+        FROM k ORDER BY rank
         """
     ).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row
