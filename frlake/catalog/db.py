@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 WRITE = "frlake_write"  # execution option of a session that will write
 # What reverting each migration throws away (``frlake db downgrade`` asks first).
 DOWNGRADE_LOSES: dict[str, str] = {
@@ -25,6 +25,8 @@ DOWNGRADE_LOSES: dict[str, str] = {
             "how each rejection was judged, and the list of retired files (they stay on disk)",
     "0006": "the culprits' stall signatures (frlake rediagnose computes them again)",
     "0007": "nothing (which attempts await a diagnosis is found again from their incidents)",
+    "0008": "the records of the summary tables' files (collective_durations, watchdog_lags: the slow-links "
+            "report's input; the files stay on disk, unread by the older frlake)",
 }
 
 

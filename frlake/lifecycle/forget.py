@@ -25,6 +25,7 @@ from frlake.errors import FrlakeError
 from frlake.lake import Lake
 from frlake.lifecycle.rewrite import rewrite, without_dumps
 from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.schema import SUMMARY_TABLES
 
 log = logging.getLogger("frlake.forget")
 
@@ -96,7 +97,9 @@ def _apply(lake: Lake, catalog: Catalog, summary: ForgetSummary, plan: ForgetPla
         for f in catalog.committed_files(partition=key):
             by_table.setdefault(f.table, []).append(f)
         for table, files in sorted(by_table.items()):
-            new = rewrite(lake, summary.run_id, n, table, files, without_dumps(dump_ids))
+            # a summary table is not rewritten but retired: the attempt's new diagnosis writes it again
+            new = None if table in SUMMARY_TABLES else rewrite(lake, summary.run_id, n, table, files,
+                                                               without_dumps(dump_ids))
             if new is not None:
                 staged.append(new)
             retire += files
