@@ -3,9 +3,11 @@
 Under the lake's write lock, in one catalog transaction (frlake.publish):
 the attempts that lose every dump lose their files, diagnoses and records;
 an attempt that keeps some dumps gets its files rewritten without the others
-and its diagnosis becomes pending. The files that held forgotten dumps are
-remembered as ``forgotten`` (a cron ingest with the same options does not
-bring them back; other identity options or ``--force`` do). Raw bytes that
+(its summary files are retired, not rewritten) and its diagnosis becomes
+pending: the session's new diagnosis writes its summary again. The files
+that held forgotten dumps are remembered as ``forgotten`` (a cron ingest
+with the same options does not bring them back; other identity options or
+``--force`` do). Raw bytes that
 no dump refers to any more are retired, and deleted with the replaced
 Parquet files once the grace period is over. A crash before the transaction
 changes nothing; after it, recovery finishes the publication.

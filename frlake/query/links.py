@@ -13,6 +13,12 @@ slowdown while the hosts it happened to share a group with do not.
 The watchdog's lag, (completed - started, as the watchdog discovered them)
 - duration, is reported beside it: a late watchdog stretches the discovered
 times, not the measured duration, so it is never taken for a slow link.
+
+Everything up to a host's share of each collective is per attempt, so it is
+computed once, when the attempt is diagnosed (:func:`summarise`, stored by
+frlake.summaries in the tables ``collective_durations`` and
+``watchdog_lags``), and the report reads those rows, not the entries. A
+host's watchdog lag is the median of its per-attempt medians.
 """
 
 from __future__ import annotations
