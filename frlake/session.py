@@ -270,21 +270,21 @@ class Frlake:
         return diag
 
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,
-                 summarise: bool = False) -> tuple[Diagnosis, dict]:
-        """The diagnosis, and with ``summarise`` the attempt's rows of the
-        summary tables (frlake.query.links.summarise; else empty). Each
+                 summarise: bool = False) -> tuple[Diagnosis, object]:
+        """The diagnosis, and with ``summarise`` the attempt's
+        :class:`~frlake.summaries.AttemptSummary` (else None). Each
         attempt is read through views over its own files only, so a diagnosis
         costs the same however long the history is. ``complete`` None: as the
         stored diagnosis says (a user's mark is never lost)."""
         from frlake.diagnose.analyze import diagnose_attempt
-        from frlake.query.links import summarise as summary_rows
+        from frlake.summaries import summarise as attempt_summary
 
         if complete is None:
             stored = self.catalog.diagnosis(job, attempt)
             complete = bool(stored and stored.complete)
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete)
-            return diag, summary_rows(con, job, attempt) if summarise else {}
+            return diag, attempt_summary(con, job, attempt) if summarise else None
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
         if attempt is None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -28,6 +30,28 @@ from frlake.diagnose.model import Diagnosis
 from frlake.lake import Lake, new_part_name
 from frlake.publish import DEFAULT_GRACE_S, Staged, publish, sweep
 from frlake.schema import SUMMARY_TABLES
+
+if TYPE_CHECKING:
+    import duckdb
+
+
+@dataclass(frozen=True)
+class AttemptSummary:
+    """An attempt's new summary rows (by table), and whether its views held
+    summary rows already (files are never written empty, so: whether it has
+    summary files to retire)."""
+
+    tables: Mapping[str, pa.Table]
+    had_rows: bool
+
+
+def summarise(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> AttemptSummary:
+    """The summary of one attempt from a connection with its views (the diagnosis')."""
+    from frlake.query.links import summarise as rows
+
+    had = any(con.execute(f"SELECT 1 FROM {t} WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchall()
+              for t in SUMMARY_TABLES)
+    return AttemptSummary(rows(con, job, attempt), had)
 
 
 class _Superseded(Exception):
@@ -58,14 +82,18 @@ class SummaryWriter:
         finally:
             self.catalog.finish_run(self.run_id, "failed" if exc_type else "finished", {})
 
-    def store(self, diag: Diagnosis, revision: int, tables: Mapping[str, pa.Table]) -> bool:
+    def store(self, diag: Diagnosis, revision: int, summary: AttemptSummary) -> bool:
         """Store ``diag`` (made from the attempt at ``revision``) and make
-        ``tables`` the attempt's summary rows. False: the catalog holds a
+        ``summary`` the attempt's summary rows. False: the catalog holds a
         newer diagnosis, or the attempt is gone, and nothing was stored."""
         key = (diag.job, diag.attempt)
-        rows = {name: t for name, t in tables.items() if t.num_rows}
-        if not rows and not self._committed(key):
-            return self.catalog.save_diagnosis(diag, revision)  # nothing to publish or retire: no lock
+        rows = {name: t for name, t in summary.tables.items() if t.num_rows}
+        if not rows and not summary.had_rows:
+            # Nothing to publish or retire (no lock, no catalog read): an attempt without timed entries. A
+            # summary another process committed since these views were made is of a newer revision (then the
+            # catalog keeps its diagnosis and refuses this one) or of this one or an older, which had no
+            # rows either: a revision only adds dumps, and a forget retires the summary itself.
+            return self.catalog.save_diagnosis(diag, revision)
         run_lake = self._run()
         staged = []
         try:
