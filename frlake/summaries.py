@@ -28,7 +28,7 @@ from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.catalog.store import Catalog
 from frlake.diagnose.model import Diagnosis
 from frlake.lake import Lake, new_part_name
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, sweep
+from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class SummaryWriter:
         self._staging = None  # the run's own staging folder, held while the writer lives
         self._run_lake: Lake | None = None
         self._files = 0
+        self._recovered = False
 
     def __enter__(self) -> SummaryWriter:
         return self
@@ -103,6 +104,9 @@ class SummaryWriter:
                 rel = self.lake.part_path(name, new_part_name(self.run_id, self._files), *key)
                 staged.append(Staged(path, LakeFileSpec(name, rel, *key, rows[name].num_rows, size)))
             with self.lake.write_lock(self.lock_timeout_s):
+                if not self._recovered:  # what a killed writer (a diagnosis too) left pending goes first
+                    recover(self.lake, self.catalog)
+                    self._recovered = True
                 old = self._committed(key)  # under the lock: no other writer replaces them meanwhile
 
                 def commit(ids: list[int]) -> None:

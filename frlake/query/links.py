@@ -45,7 +45,9 @@ _TIMED = """
 # Per attempt, when it is diagnosed (frlake.summaries writes the rows with the diagnosis): the table
 # ``collective_durations``, one row per collective instance of one group. One pass over the entries groups
 # them by collective instance and host (each host once, so no DISTINCT aggregate); each instance is then
-# compared with the same collective in the attempt's sibling groups.
+# compared with the same collective in the attempt's sibling groups: a GROUP BY joined back, not a window,
+# whose median DuckDB recomputes for every row of a partition (quadratic in the number of sibling groups:
+# 2,048 tp groups at 16,384 ranks).
 COLLECTIVE_DURATIONS = f"""
     WITH eh AS (  -- one host's entries of one collective instance of one group
       SELECT pg_name, pg_desc, collective_seq_id AS seq, op, host, list(duration_ms) AS durations{_TIMED}
@@ -54,11 +56,12 @@ COLLECTIVE_DURATIONS = f"""
       SELECT pg_name, pg_desc, seq, op, list_median(flatten(list(durations))) AS duration_ms,
              sum(len(durations))::BIGINT AS entries, list_sort(list(host)) AS hosts
       FROM eh GROUP BY ALL
+    ), sib AS (  -- the same collective in every group of the attempt
+      SELECT pg_desc, seq, op, count(*) AS n_groups, median(duration_ms) AS sibling_median_ms FROM g GROUP BY ALL
     )
-    SELECT *, count(*) OVER w AS n_groups, median(duration_ms) OVER w AS sibling_median_ms,
-           duration_ms / nullif(median(duration_ms) OVER w, 0) AS slowdown
-    FROM g WINDOW w AS (PARTITION BY pg_desc, seq, op)
-    ORDER BY pg_desc, seq, op, pg_name
+    SELECT g.*, sib.n_groups, sib.sibling_median_ms, g.duration_ms / nullif(sib.sibling_median_ms, 0) AS slowdown
+    FROM g JOIN sib ON g.pg_desc IS NOT DISTINCT FROM sib.pg_desc AND g.seq = sib.seq AND g.op IS NOT DISTINCT FROM sib.op
+    ORDER BY g.pg_desc, g.seq, g.op, g.pg_name
 """
 
 # Per attempt and host: the watchdog's lag (the table ``watchdog_lags``).
