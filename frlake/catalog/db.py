@@ -179,8 +179,11 @@ def ensure_current(engine: Engine, db_url_hint: str) -> None:
     """
     try:
         current = current_revision(engine)
-        if current is None and not inspect(engine).get_table_names():
-            _run(engine, "upgrade", "head", only_if_new=True)
+        if current is None:
+            if not inspect(engine).get_table_names():
+                _run(engine, "upgrade", "head", only_if_new=True)
+            # Read again either way: another process may have committed the catalog (its tables and its
+            # revision, in one transaction) between the two reads above.
             current = current_revision(engine)
     except SQLAlchemyError as exc:
         raise CatalogError(f"cannot open the catalog at {engine.url!r}: {exc}") from exc
