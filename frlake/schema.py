@@ -199,6 +199,33 @@ STACKS = pa.schema(
     ]
 )
 
+# Summary tables: per-attempt summaries that the session writes when it diagnoses an attempt, in the same
+# catalog transaction that stores the diagnosis, so they always show what the stored diagnosis saw
+# (frlake/summaries.py, docs/lake.md "Summary tables"). The slow-links report reads them instead of the entries.
+# One row per collective instance of one group (pg_name) with timed, completed entries:
+COLLECTIVE_DURATIONS = pa.schema(
+    [
+        ("pg_name", pa.string()),
+        ("pg_desc", pa.string()),
+        ("seq", pa.int64()),  # collective_seq_id
+        ("op", pa.string()),
+        ("duration_ms", pa.float64()),  # the median duration_ms of its members' entries
+        ("entries", pa.int64()),  # how many entries that median is of
+        ("hosts", pa.list_(pa.string())),  # the hosts of those entries, sorted, each once
+        ("n_groups", pa.int64()),  # groups of the attempt with this collective (pg_desc, seq, op), itself included
+        ("sibling_median_ms", pa.float64()),  # the median of those groups' duration_ms
+        ("slowdown", pa.float64()),  # duration_ms / sibling_median_ms
+    ]
+)
+# One row per host of an attempt with timed, completed collective entries:
+WATCHDOG_LAGS = pa.schema(
+    [
+        ("host", pa.string()),
+        ("entries", pa.int64()),
+        ("watchdog_lag_ms", pa.float64()),  # median of (discovered completed - discovered started) - duration_ms
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "dumps": DUMPS,
     "entries": ENTRIES,
@@ -209,9 +236,15 @@ TABLES: dict[str, pa.Schema] = {
     "snapshots": SNAPSHOTS,
     "health": HEALTH,
     "live_stacks": LIVE_STACKS,
+    "collective_durations": COLLECTIVE_DURATIONS,
+    "watchdog_lags": WATCHDOG_LAGS,
 }
 
-PARTITIONED = ("dumps", "entries", "groups", "group_runs", "pg_status", "snapshots", "health", "live_stacks")
+PARTITIONED = ("dumps", "entries", "groups", "group_runs", "pg_status", "snapshots", "health", "live_stacks",
+               "collective_durations", "watchdog_lags")
+# Written with each diagnosis and replaced whole by the next (not by ingest; a forget retires them and the
+# attempt's new diagnosis writes them again).
+SUMMARY_TABLES = ("collective_durations", "watchdog_lags")
 
 
 # Progress between the snapshots of each rank (the derived view ``rank_progress``, docs/schema.md):

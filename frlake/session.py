@@ -215,11 +215,10 @@ class Frlake:
         without writing anything (what a web page uses). ``complete=True``
         says no more dumps of it will come (see :meth:`mark_complete`)."""
         attempt = self._attempt_number(job, attempt)
-        revision = self.catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they
-        diag = self._analyse(job, attempt, complete)
-        if store:
-            self.catalog.save_diagnosis(diag, revision)
-        return diag
+        if not store:
+            return self._analyse(job, attempt, complete)[0]
+        with self._summary_writer() as writer:
+            return self._diagnose_one(writer, job, attempt, complete)
 
     def mark_complete(self, job: str, attempt: int) -> Diagnosis:
         """Say that no more dumps of this attempt will come: an attempt that
@@ -245,32 +244,51 @@ class Frlake:
         """The stored diagnosis, or one computed now and not stored (a read
         never writes)."""
         self._attempt_number(job, attempt)
-        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt, None)
+        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt, None)[0]
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
         out = []
         keys = list(keys)
+        if not keys:
+            return out
         # one read for these attempts (a user's mark is never lost), none when nothing is pending
         complete = self.catalog.marked_complete(keys)
-        for job, attempt in keys:
-            revision = self.catalog.attempt_revision(job, attempt) or 0
-            diag = self._analyse(job, attempt, (job, attempt) in complete)
-            self.catalog.save_diagnosis(diag, revision)
-            log.info("%s", diag.summary)
-            out.append(diag)
+        with self._summary_writer() as writer:
+            for job, attempt in keys:
+                diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete)
+                log.info("%s", diag.summary)
+                out.append(diag)
         return out
 
-    def _analyse(self, job: str, attempt: int, complete: bool | None) -> Diagnosis:
-        """Each attempt is read through views over its own files only, so a
-        diagnosis costs the same however long the history is. ``complete``
-        None: as the stored diagnosis says (a user's mark is never lost)."""
+    def _summary_writer(self):
+        from frlake.summaries import SummaryWriter
+
+        return SummaryWriter(self.catalog, self.lake)
+
+    def _diagnose_one(self, writer, job: str, attempt: int, complete: bool | None) -> Diagnosis:
+        """Diagnose one attempt and store the diagnosis with the attempt's
+        summary tables (frlake.summaries), both made from the same views."""
+        revision = self.catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they
+        diag, summaries = self._analyse(job, attempt, complete, summarise=True)
+        writer.store(diag, revision, summaries)
+        return diag
+
+    def _analyse(self, job: str, attempt: int, complete: bool | None, *,
+                 summarise: bool = False) -> tuple[Diagnosis, object]:
+        """The diagnosis, and with ``summarise`` the attempt's
+        :class:`~frlake.summaries.AttemptSummary` (else None). Each
+        attempt is read through views over its own files only, so a diagnosis
+        costs the same however long the history is. ``complete`` None: as the
+        stored diagnosis says (a user's mark is never lost)."""
         from frlake.diagnose.analyze import diagnose_attempt
+        from frlake.summaries import summarise as attempt_summary
 
         if complete is None:
             stored = self.catalog.diagnosis(job, attempt)
             complete = bool(stored and stored.complete)
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
-            return diagnose_attempt(con, job, attempt, complete=complete)
+            diag = diagnose_attempt(con, job, attempt, complete=complete)
+            return diag, attempt_summary(con, job, attempt) if summarise else None
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
         if attempt is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 STEPS = 6
@@ -103,3 +103,21 @@ def write_timed(root: Path, attempts: list[TimedAttempt]) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(pickle.dumps(dump, protocol=4))
     return root
+
+
+def slow_link_attempt(job: str, n: int, order: list[int], started: datetime) -> TimedAttempt:
+    """16 ranks on 8 hosts (2 each, placed in ``order``); a world group, and
+    dp groups of 4 ranks, so each dp group crosses two hosts; h3's links are
+    3x slower, h6's watchdog is 50 ms late."""
+    hosts = [f"h{order[r // 2]}" for r in range(16)]
+    groups = {"0": ("default_pg", list(range(16)))}
+    groups.update({str(1 + g): ("dp", list(range(4 * g, 4 * g + 4))) for g in range(4)})
+    return TimedAttempt(job, n, started, hosts, groups, slow_links={"h3"}, late_watchdog={"h6"})
+
+
+def slow_link_fleet(root: Path, start: datetime) -> Path:
+    """Three attempts of two jobs with the hosts placed differently (slow_link_attempt)."""
+    attempts = [slow_link_attempt("job-x", 0, [0, 1, 2, 3, 4, 5, 6, 7], start + timedelta(days=0, hours=1)),
+                slow_link_attempt("job-x", 1, [3, 0, 1, 2, 5, 4, 7, 6], start + timedelta(days=1, hours=1)),
+                slow_link_attempt("job-y", 0, [5, 6, 7, 0, 1, 2, 4, 3], start + timedelta(days=0, hours=5))]
+    return write_timed(root, attempts)

@@ -58,3 +58,49 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
     lake_is_consistent(settings)
     assert snapshot(settings) == clean
     assert Catalog(settings.db_url).pending_diagnoses() == [], "whatever was committed is diagnosed"
+
+
+@pytest.fixture(scope="module")
+def timed_lake(tmp_path_factory):
+    """Twelve timed attempts (tests/fleet.py), so that a diagnosis writes summary tables."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.fleet import slow_link_attempt, write_timed
+
+    root = tmp_path_factory.mktemp("timed-crash")
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    attempts = [slow_link_attempt(f"job-{j}", n, [(k + j + n) % 8 for k in range(8)], start + timedelta(hours=j * 3 + n))
+                for j in range(4) for n in range(3)]
+    settings = Settings.resolve(root / "lake")
+    assert ingest([write_timed(root / "nfs", attempts)], settings).ingested == 192
+    return settings, snapshot(settings)
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_kill_a_diagnosis_while_it_writes_summaries_then_rerun(tmp_path, timed_lake, trial):
+    """frlake rediagnose publishes every attempt's summary tables with its diagnosis: killed at any moment,
+    outside readers see committed files only, and the next run ends with the tables of a clean one."""
+    import shutil
+
+    source, clean_tables = timed_lake
+    settings = Settings.resolve(tmp_path / "lake")
+    shutil.copytree(source.lake, settings.lake)
+    cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "rediagnose"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    rng = random.Random(trial)
+    for _ in range(2):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        time.sleep(rng.uniform(1.0, 6.0))  # a rediagnose of the twelve takes several seconds
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert_outside_readers_see_only_committed(settings)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lake_is_consistent(settings)
+    assert snapshot(settings) == clean_tables
+    catalog = Catalog(settings.db_url)
+    assert catalog.pending_diagnoses() == []
+    assert {f.table for f in catalog.committed_files()} >= {"collective_durations", "watchdog_lags"}
+    catalog.close()

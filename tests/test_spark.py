@@ -102,7 +102,8 @@ def test_ordered_lists_mode_and_timestamps_mean_the_same_on_both(spark, corpus_l
 # -- the reports ------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(n for n, r in REPORTS.items() if r.portable))
+# the corpus has no timed collectives in sibling groups: slow-links has a lake of its own (below)
+@pytest.mark.parametrize("name", sorted(n for n, r in REPORTS.items() if r.portable and n != "slow-links"))
 def test_spark_report_rows_equal_duckdbs_on_the_corpus(spark, corpus_lake, name):
     with Frlake(corpus_lake) as fl:
         for window, limit in ((Window(), None), (Window(since=date(2026, 11, 29)), 3),
@@ -128,8 +129,10 @@ def test_every_view_has_duckdbs_rows(spark, corpus_lake):
             want = duckdb_rows(con, f"SELECT * FROM {name}")
             got = spark_rows(spark, f"SELECT * FROM {name}")
             assert len(got) == len(want) and sorted(map(repr, got)) == sorted(map(repr, want)), name
-            # the corpus has no debug-server or health-check dumps (tests/test_producers.py has them)
-            assert want or name in ("dump_conflicts", "health", "live_stacks"), f"the corpus leaves {name} empty"
+            # the corpus has no debug-server or health-check dumps (tests/test_producers.py has them), and no
+            # duration_ms (the summary tables: test_spark_finds_the_slow_link_with_duckdbs_rows)
+            assert want or name in ("dump_conflicts", "health", "live_stacks", *schema.SUMMARY_TABLES), \
+                f"the corpus leaves {name} empty"
 
 
 # -- what Spark reads ---------------------------------------------------------------
@@ -276,3 +279,24 @@ def test_a_crash_between_staging_and_commit_leaves_nothing_under_tables_that_spa
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert plain_read_files(spark, settings) == committed_files(settings)
+
+
+@pytest.fixture(scope="module")
+def slow_link_lake(tmp_path_factory) -> Settings:
+    """tests/test_slow_links.py's fleet: h3's links 3x slower, h6's watchdog late."""
+    from tests.fleet import slow_link_fleet
+
+    root = tmp_path_factory.mktemp("timed")
+    settings = Settings.resolve(root / "lake")
+    assert ingest([slow_link_fleet(root / "nfs", datetime(2026, 11, 2, tzinfo=UTC))], settings).ingested == 48
+    return settings
+
+
+@pytest.mark.slow
+def test_spark_finds_the_slow_link_with_duckdbs_rows(spark, slow_link_lake):
+    with Frlake(slow_link_lake) as fl:
+        for window in (Window(), Window(since=date(2026, 11, 3)), Window(until=date(2026, 11, 2))):
+            assert run_report(spark, fl, "slow-links", window) == fl.report("slow-links", window), window
+        rows = run_report(spark, fl, "slow-links")
+    assert rows[0]["host"] == "h3" and rows[0]["verdict"] == "slow_link" and len(rows) == 8
+    assert [r["host"] for r in rows if r["verdict"] == "slow_link"] == ["h3"]

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 WRITE = "frlake_write"  # execution option of a session that will write
 # What reverting each migration throws away (``frlake db downgrade`` asks first).
 DOWNGRADE_LOSES: dict[str, str] = {
@@ -25,6 +25,8 @@ DOWNGRADE_LOSES: dict[str, str] = {
             "how each rejection was judged, and the list of retired files (they stay on disk)",
     "0006": "the culprits' stall signatures (frlake rediagnose computes them again)",
     "0007": "nothing (which attempts await a diagnosis is found again from their incidents)",
+    "0008": "the records of the summary tables' files (collective_durations, watchdog_lags: the slow-links "
+            "report's input; the files stay on disk, unread by the older frlake)",
 }
 
 
@@ -177,8 +179,11 @@ def ensure_current(engine: Engine, db_url_hint: str) -> None:
     """
     try:
         current = current_revision(engine)
-        if current is None and not inspect(engine).get_table_names():
-            _run(engine, "upgrade", "head", only_if_new=True)
+        if current is None:
+            if not inspect(engine).get_table_names():
+                _run(engine, "upgrade", "head", only_if_new=True)
+            # Read again either way: another process may have committed the catalog (its tables and its
+            # revision, in one transaction) between the two reads above.
             current = current_revision(engine)
     except SQLAlchemyError as exc:
         raise CatalogError(f"cannot open the catalog at {engine.url!r}: {exc}") from exc

@@ -47,7 +47,7 @@ class IngestRun(Base):
     n_duplicate: Mapped[int] = mapped_column(Integer, default=0)
     n_rejected: Mapped[int] = mapped_column(Integer, default=0)
     n_unchanged: Mapped[int] = mapped_column(Integer, default=0)
-    kind: Mapped[str] = mapped_column(String(16), server_default="ingest")  # ingest | forget | compact
+    kind: Mapped[str] = mapped_column(String(16), server_default="ingest")  # ingest | forget | compact | diagnose
 
 
 class Job(Base):

@@ -11,7 +11,7 @@ from sqlalchemy import delete, func, insert, or_, select, text, true, tuple_, up
 from sqlalchemy.orm import sessionmaker
 
 from frlake.catalog import db
-from frlake.catalog.lakefiles import LakeFiles, LakeFileSpec, chunks
+from frlake.catalog.lakefiles import CommittedFile, LakeFiles, LakeFileSpec, chunks
 from frlake.catalog.lifecycle import Lifecycle
 from frlake.catalog.models import (
     Attempt,
@@ -338,10 +338,15 @@ class Catalog(LakeFiles, Lifecycle):
             return out
 
     # -- diagnoses --------------------------------------------------------------
-    def save_diagnosis(self, diag: Diagnosis, revision: int = 0) -> None:
+    def save_diagnosis(self, diag: Diagnosis, revision: int = 0,
+                       files: tuple[Sequence[int], Sequence[CommittedFile]] | None = None) -> bool:
         """Store (or replace) the diagnosis of one attempt, made from what the
         attempt held at ``revision``: the report, its culprits (with their
-        stack signatures) and the notable ranks' lateness."""
+        stack signatures) and the notable ranks' lateness. ``files``: (new
+        pending files, old committed files) of the attempt's summary tables,
+        switched in the same transaction (frlake.summaries). Returns False,
+        storing nothing, when the attempt is gone or holds a diagnosis made
+        from a newer revision."""
         now = utcnow()
         with self.session(write=True) as s:
             # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
@@ -354,10 +359,13 @@ class Catalog(LakeFiles, Lifecycle):
                 .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
             ).first()
             if found is None:
-                return  # forgotten meanwhile
+                return False  # forgotten meanwhile
             attempt_id, stored, current, due = found
             if stored is not None and stored > revision:
-                return
+                return False
+            if files is not None:
+                self.mark_publishing(s, files[0])
+                self.retire_lake_files(s, files[1], now)
             if due != (revision < (current or 0)):
                 s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
             old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
@@ -381,6 +389,7 @@ class Catalog(LakeFiles, Lifecycle):
                 for i, c in enumerate(diag.culprits)
             )
             s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
+        return True
 
     def diagnosis(self, job: str, attempt: int) -> Diagnosis | None:
         """The stored diagnosis of an attempt (None if it has none)."""

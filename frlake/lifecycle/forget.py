@@ -3,9 +3,11 @@
 Under the lake's write lock, in one catalog transaction (frlake.publish):
 the attempts that lose every dump lose their files, diagnoses and records;
 an attempt that keeps some dumps gets its files rewritten without the others
-and its diagnosis becomes pending. The files that held forgotten dumps are
-remembered as ``forgotten`` (a cron ingest with the same options does not
-bring them back; other identity options or ``--force`` do). Raw bytes that
+(its summary files are retired, not rewritten) and its diagnosis becomes
+pending: the session's new diagnosis writes its summary again. The files
+that held forgotten dumps are remembered as ``forgotten`` (a cron ingest
+with the same options does not bring them back; other identity options or
+``--force`` do). Raw bytes that
 no dump refers to any more are retired, and deleted with the replaced
 Parquet files once the grace period is over. A crash before the transaction
 changes nothing; after it, recovery finishes the publication.
@@ -25,6 +27,7 @@ from frlake.errors import FrlakeError
 from frlake.lake import Lake
 from frlake.lifecycle.rewrite import rewrite, without_dumps
 from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.schema import SUMMARY_TABLES
 
 log = logging.getLogger("frlake.forget")
 
@@ -96,7 +99,9 @@ def _apply(lake: Lake, catalog: Catalog, summary: ForgetSummary, plan: ForgetPla
         for f in catalog.committed_files(partition=key):
             by_table.setdefault(f.table, []).append(f)
         for table, files in sorted(by_table.items()):
-            new = rewrite(lake, summary.run_id, n, table, files, without_dumps(dump_ids))
+            # a summary table is not rewritten but retired: the attempt's new diagnosis writes it again
+            new = None if table in SUMMARY_TABLES else rewrite(lake, summary.run_id, n, table, files,
+                                                               without_dumps(dump_ids))
             if new is not None:
                 staged.append(new)
             retire += files

@@ -13,40 +13,89 @@ slowdown while the hosts it happened to share a group with do not.
 The watchdog's lag, (completed - started, as the watchdog discovered them)
 - duration, is reported beside it: a late watchdog stretches the discovered
 times, not the measured duration, so it is never taken for a slow link.
+
+Everything up to a host's share of each collective is per attempt, so it is
+computed once, when the attempt is diagnosed (:func:`summarise`, stored by
+frlake.summaries in the tables ``collective_durations`` and
+``watchdog_lags``), and the report reads those rows, not the entries. A
+host's watchdog lag is the median of its per-attempt medians.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from frlake import schema
+
+if TYPE_CHECKING:
+    import duckdb
 
 Z = 1.96
 SLOW = 1.5  # a collective at least this many times its siblings' median counts as slow
 MIN_COLLECTIVES = 8
 
-# The completed, timed collective entries of the window's attempts.
+# The completed, timed collective entries of one attempt.
 _TIMED = """
-      FROM entries e JOIN att USING (job, attempt)
-      WHERE e.duration_ms IS NOT NULL AND e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed'
-        AND e.collective_seq_id IS NOT NULL"""
+      FROM entries
+      WHERE job = $job AND attempt = $attempt AND duration_ms IS NOT NULL AND duration_ms > 0 AND NOT is_p2p
+        AND state = 'completed' AND collective_seq_id IS NOT NULL"""
 
-# One pass over the entries groups them by collective instance and host (each host once, so no DISTINCT
-# aggregate, which DuckDB would plan as another pass over every entry); the watchdog's lag is a second,
-# plain scan. Neither is a CTE read twice, which DuckDB would materialize (bench/README.md, "Reports at scale").
+# Per attempt, when it is diagnosed (frlake.summaries writes the rows with the diagnosis): the table
+# ``collective_durations``, one row per collective instance of one group. One pass over the entries groups
+# them by collective instance and host (each host once, so no DISTINCT aggregate); each instance is then
+# compared with the same collective in the attempt's sibling groups: a GROUP BY joined back, not a window,
+# whose median DuckDB recomputes for every row of a partition (quadratic in the number of sibling groups:
+# 2,048 tp groups at 16,384 ranks).
+COLLECTIVE_DURATIONS = f"""
+    WITH eh AS (  -- one host's entries of one collective instance of one group
+      SELECT pg_name, pg_desc, collective_seq_id AS seq, op, host, list(duration_ms) AS durations{_TIMED}
+      GROUP BY ALL
+    ), g AS (  -- one collective instance of one group: its members' median duration, and its hosts
+      SELECT pg_name, pg_desc, seq, op, list_median(flatten(list(durations))) AS duration_ms,
+             sum(len(durations))::BIGINT AS entries, list_sort(list(host)) AS hosts
+      FROM eh GROUP BY ALL
+    ), sib AS (  -- the same collective in every group of the attempt
+      SELECT pg_desc, seq, op, count(*) AS n_groups, median(duration_ms) AS sibling_median_ms FROM g GROUP BY ALL
+    )
+    SELECT g.*, sib.n_groups, sib.sibling_median_ms, g.duration_ms / nullif(sib.sibling_median_ms, 0) AS slowdown
+    FROM g JOIN sib ON g.pg_desc IS NOT DISTINCT FROM sib.pg_desc AND g.seq = sib.seq AND g.op IS NOT DISTINCT FROM sib.op
+    ORDER BY g.pg_desc, g.seq, g.op, g.pg_name
+"""
+
+# Per attempt and host: the watchdog's lag (the table ``watchdog_lags``).
+WATCHDOG_LAGS = f"""
+    SELECT host, count(*) AS entries,
+           median((time_discovered_completed_ns - time_discovered_started_ns) / 1e6 - duration_ms)
+             AS watchdog_lag_ms{_TIMED}
+    GROUP BY host ORDER BY host
+"""
+
+SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATCHDOG_LAGS}
+
+
+def summarise(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> dict[str, pa.Table]:
+    """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
+    in their schemas, from a connection with the lake's views."""
+    out = {}
+    for name, sql in SUMMARIES.items():
+        table = con.sql(sql, params={"job": job, "attempt": attempt}).to_arrow_table()
+        out[name] = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
+    return out
+
+
+# The report, over the summary tables of the window's attempts (1/group size of the timed entries): each
+# host gets the slowdown of every collective instance of the groups it was in that had siblings. The
+# watchdog's lag of a host is the median of its per-attempt medians.
 SLOW_LINKS = f"""
     WITH att AS (
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
-    ), eh AS (  -- one host's entries of one collective instance of one group
-      SELECT e.job, e.attempt, e.pg_desc, e.collective_seq_id AS seq, e.op, e.pg_name, e.host,
-             list(e.duration_ms) AS durations{_TIMED}
-      GROUP BY ALL
-    ), g AS (  -- one collective instance of one group: its members' median duration, and its hosts
-      SELECT job, attempt, pg_desc, seq, op, pg_name, list_median(flatten(list(durations))) AS d,
-             list_sort(list(host)) AS hosts
-      FROM eh GROUP BY ALL
-    ), s AS (  -- against the same collective in the sibling groups
-      SELECT *, d / nullif(median(d) OVER w, 0) AS ratio, count(*) OVER w AS n_groups
-      FROM g WINDOW w AS (PARTITION BY job, attempt, pg_desc, seq, op)
     ), h AS (
-      SELECT unnest(hosts) AS host, job, attempt, pg_desc, op, ratio FROM s WHERE n_groups >= 2 AND ratio IS NOT NULL
+      SELECT unnest(c.hosts) AS host, c.job, c.attempt, c.pg_desc, c.op, c.slowdown AS ratio
+      FROM collective_durations c JOIN att USING (job, attempt)
+      WHERE c.n_groups >= 2 AND c.slowdown IS NOT NULL
     ), per AS (
       SELECT host, median(ratio) AS slowdown, count(*) AS collectives, count(DISTINCT (job, attempt)) AS attempts,
              count(DISTINCT job) AS jobs, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
@@ -56,10 +105,8 @@ SLOW_LINKS = f"""
                                     slowdown := round(r, 3), collectives := n) ORDER BY job, attempt, pg_desc, op) AS evidence
       FROM (SELECT host, job, attempt, pg_desc, op, median(ratio) AS r, count(*) AS n FROM h GROUP BY ALL) GROUP BY host
     ), lag AS (
-      SELECT e.host,
-             median((e.time_discovered_completed_ns - e.time_discovered_started_ns) / 1e6 - e.duration_ms)
-               AS watchdog_lag_ms{_TIMED}
-      GROUP BY e.host
+      SELECT w.host, median(w.watchdog_lag_ms) AS watchdog_lag_ms
+      FROM watchdog_lags w JOIN att USING (job, attempt) GROUP BY w.host
     )
     SELECT per.host, round(per.slowdown, 3) AS slowdown,
            round((p + {Z}^2 / (2 * n) - {Z} * sqrt(p * (1 - p) / n + {Z}^2 / (4 * n * n))) / (1 + {Z}^2 / n), 4)

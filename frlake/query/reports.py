@@ -245,6 +245,5 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            views=("attempts", "culprits"), compute=_drain, portable=False),
     Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
-            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict,
-           portable=False),
+            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict),
 )}
