@@ -310,3 +310,15 @@ def test_attempt_views_are_kept_per_catalog_version_and_follow_every_change(fres
     ingest([dump], settings, IngestOptions(force=True))  # the undo: the dump again
     again = [c.get(u).get_json() for u in urls]
     assert again[2] == before[2] and again[1] == before[1]
+
+
+def test_a_diagnosis_stored_again_changes_the_catalog_version(fresh):
+    """What the server's cached views are keyed by: on SQLite the replacing incident may reuse the id of the
+    one it deletes, so the version also reads the newest diagnosis time."""
+    settings, c = fresh
+    before = c.get("/api/jobs/job-223715/attempts/0/diagnosis").get_json()
+    with frlake.Frlake(settings) as fl:
+        version = fl.catalog.version()
+        fl.mark_complete("job-223715", 0)
+        assert fl.catalog.version() != version
+    assert c.get("/api/jobs/job-223715/attempts/0/diagnosis").get_json()["complete"] != before["complete"]

@@ -173,7 +173,7 @@ class IncidentRow(Base):
     world_size: Mapped[int] = mapped_column(Integer)
     n_dumps: Mapped[int] = mapped_column(Integer)
     algorithm_version: Mapped[int] = mapped_column(Integer)
-    diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)  # Catalog.version
     report: Mapped[str] = mapped_column(Text)  # the full diagnosis as JSON
     attempt_revision: Mapped[int] = mapped_column(BigInteger, server_default="0")  # the revision it saw
 

@@ -114,10 +114,12 @@ class AttemptInfo:
 
 
 _chunks = chunks
-# Catalog.version: text, so nothing is compiled per call (the server asks at every request).
+# Catalog.version: text, so nothing is compiled per call (the server asks at every request). A diagnosis stored
+# again changes max(diagnosed_at): on SQLite the replacing incident may get the id of the one it deletes.
 _VERSION = text(
     "SELECT (SELECT max(id) FROM lake_files WHERE status IN ('publishing', 'committed')),"
-    " (SELECT max(id) FROM incidents), (SELECT max(id) FROM files), (SELECT max(id) FROM ingest_runs),"
+    " (SELECT max(id) FROM incidents), (SELECT max(diagnosed_at) FROM incidents),"
+    " (SELECT max(id) FROM files), (SELECT max(id) FROM ingest_runs),"
     " (SELECT max(last_seen_at) FROM attempts), (SELECT max(id) FROM retired_files),"
     " (SELECT count(id) FROM lake_files WHERE status = 'committed')"
 )
