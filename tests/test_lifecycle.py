@@ -235,9 +235,9 @@ def test_compact_command(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
     dry = _cli(settings, "compact", "--dry-run")
-    assert dry.exit_code == 0 and "would merge 20 files of 5 partitions" in dry.output, dry.output
+    assert dry.exit_code == 0 and "would merge 24 files of 6 partitions" in dry.output, dry.output
     done = _cli(settings, "compact", "--job", "job-223715", "--grace", "0s", "--format", "json")
-    assert done.exit_code == 0 and '"files_after": 5' in done.output, done.output  # one per table of the attempt
+    assert done.exit_code == 0 and '"files_after": 6' in done.output, done.output  # one per table of the attempt
 
 
 # -- unattended -----------------------------------------------------------------
