@@ -50,6 +50,9 @@ STATISTICS_COLUMNS = ["dump_id", "rank", "host", "pg_name", "collective_seq_id",
                       "time_created_ns", "stack_id", "sha256", "pg_id"]
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3)
 ROW_GROUP_ROWS = 256 * 1024
+# ... and at most this much data held for one: the groups of a 16,384-rank attempt are 80,000 rows, each
+# world-group row 16,384 ranks, 1 GB in memory as one row group (compaction held it all).
+ROW_GROUP_BYTES = 64 << 20
 # pg_config rank lists are runs of consecutive or evenly spaced ranks: delta-packed, the world group's
 # 16,384 ranks take about 100 bytes instead of 8 KB (zstd), and are written and read 4x faster.
 # DELTA_BINARY_PACKED is a standard Parquet encoding: DuckDB, Spark, Trino and pyarrow read it.
@@ -171,22 +174,25 @@ class Lake:
         pq.write_table(table, staged, row_group_size=ROW_GROUP_ROWS, **_writer_options(table.schema))
         return staged, _synced_size(staged)
 
-    def stage_batches(self, table_schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> tuple[Path, int, int]:
-        """Write record batches to one staged Parquet file as they come (a
-        compaction never holds a partition in memory); returns (staged path,
-        rows, bytes)."""
+    def stage_batches(self, table_schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                      max_bytes: int = ROW_GROUP_BYTES) -> tuple[Path, int, int]:
+        """Write record batches to one staged Parquet file as they come, a
+        row group at a time of at most ``ROW_GROUP_ROWS`` rows and about
+        ``max_bytes`` (a compaction never holds a partition in memory);
+        returns (staged path, rows, bytes)."""
         staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
         staged.parent.mkdir(parents=True, exist_ok=True)
         rows = 0
         with pq.ParquetWriter(staged, table_schema, **_writer_options(table_schema)) as writer:
             pending: list[pa.RecordBatch] = []
-            held = 0
+            held = held_bytes = 0
             for batch in batches:
                 pending.append(batch)
                 held += batch.num_rows
-                if held >= ROW_GROUP_ROWS:
+                held_bytes += batch.nbytes
+                if held >= ROW_GROUP_ROWS or held_bytes >= max_bytes:
                     writer.write_table(pa.Table.from_batches(pending, table_schema), row_group_size=ROW_GROUP_ROWS)
-                    rows, pending, held = rows + held, [], 0
+                    rows, pending, held, held_bytes = rows + held, [], 0, 0
             if pending:
                 writer.write_table(pa.Table.from_batches(pending, table_schema), row_group_size=ROW_GROUP_ROWS)
                 rows += held
