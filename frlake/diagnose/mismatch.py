@@ -98,7 +98,7 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
     # The members' own history (each one's previous call of the same op from the same stack) only votes where
     # the members and siblings leave it open: read it for those instances alone (a join of every member's
     # history, 2-4 s at 16,384 ranks).
-    open_ = sorted(key for key, votes in by_instance.items() if _history_votes(votes))
+    open_ = sorted(key for key, votes in by_instance.items() if _asks_history(votes))
     if open_:
         con.execute("DELETE FROM _cand")
         con.executemany("INSERT INTO _cand VALUES (?, ?)", open_)
@@ -114,56 +114,62 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
             by_instance[(pg, seq)]["own"].append((rank, sigs))
     found: dict[tuple[int, str, int], tuple[str, str, int, int | None]] = {}  # -> reason, role, field, normal
     for (pg, seq), votes in sorted(by_instance.items()):
-        if not votes["here"]:
-            continue
-        for i, (_, reason) in enumerate(FIELDS):
-            members = {rank: sigs[i] for rank, sigs in votes["here"]}
-            siblings = [sigs[i] for _, sigs in votes["sib"]]
-            own = [sigs[i] for _, sigs in votes["own"]]
-            if len(set(members.values())) == 1:
-                value = next(iter(members.values()))
-                # alone (or all agreeing) against unanimous siblings and their own history
-                if not siblings or len(set(siblings)) != 1 or siblings[0] == value:
-                    continue
-                if own and any(o == value for o in own):
-                    continue
-            tally = Counter(members.values())
-            ranked = tally.most_common()
-            if len(members) < 3 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
-                # the members alone cannot tell: siblings and history vote too
-                tally += Counter(siblings) + Counter(own)
-                ranked = tally.most_common()
-            if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-                if len(set(members.values())) > 1:  # they disagree, and nothing says who changed
-                    for rank in members:
-                        found.setdefault((rank, pg, seq), (reason, "suspect", i, None))
-                continue
-            normal = ranked[0][0]
-            for rank, value in members.items():
-                if value != normal:
-                    found.setdefault((rank, pg, seq), (reason, "root", i, normal))
+        for rank, verdict in _judge(votes):
+            found.setdefault((rank, pg, seq), verdict)
     if not found:
         return []
     return _details(con, ev, found)
 
 
-def _history_votes(votes: dict[str, list]) -> bool:
-    """Whether the members' own history can change the verdict on some field of an instance (the decision
-    in :func:`_collectives`): all members agree against unanimous siblings, or the members alone cannot
-    tell (fewer than three, or a tie)."""
-    if not votes["here"]:
-        return False
-    for i in range(len(FIELDS)):
-        members = {rank: sigs[i] for rank, sigs in votes["here"]}
-        siblings = {sigs[i] for _, sigs in votes["sib"]}
-        if len(set(members.values())) == 1:
-            if len(siblings) == 1 and next(iter(members.values())) not in siblings:
-                return True
-            continue
-        ranked = Counter(members.values()).most_common(2)
-        if len(members) < 3 or ranked[0][1] == ranked[1][1]:
-            return True
+class _HistoryAsked(Exception):
+    """:func:`_judge` needs the members' own history."""
+
+
+def _asks_history(votes: dict[str, list]) -> bool:
+    """Whether judging the instance consults the members' own history (on any field)."""
+    try:
+        _judge(votes, history_read=False)
+    except _HistoryAsked:
+        return True
     return False
+
+
+def _judge(votes: dict[str, list], history_read: bool = True) -> list[tuple[int, tuple[str, str, int, int | None]]]:
+    """The members flagged in one collective instance, field by field: (rank, (reason, role, field, normal)).
+    The members' own history (``votes["own"]``) is consulted only where the members and their siblings
+    leave the verdict open; before it is read (``history_read`` false) that raises :class:`_HistoryAsked`."""
+
+    def history(i: int) -> list:
+        if not history_read:
+            raise _HistoryAsked
+        return [sigs[i] for _, sigs in votes["own"]]
+
+    flagged = []
+    if not votes["here"]:
+        return flagged
+    for i, (_, reason) in enumerate(FIELDS):
+        members = {rank: sigs[i] for rank, sigs in votes["here"]}
+        siblings = [sigs[i] for _, sigs in votes["sib"]]
+        if len(set(members.values())) == 1:
+            value = next(iter(members.values()))
+            # alone (or all agreeing) against unanimous siblings and their own history
+            if not siblings or len(set(siblings)) != 1 or siblings[0] == value:
+                continue
+            if any(o == value for o in history(i)):
+                continue
+        tally = Counter(members.values())
+        ranked = tally.most_common()
+        if len(members) < 3 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+            # the members alone cannot tell: siblings and history vote too
+            tally += Counter(siblings) + Counter(history(i))
+            ranked = tally.most_common()
+        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+            if len(set(members.values())) > 1:  # they disagree, and nothing says who changed
+                flagged += [(rank, (reason, "suspect", i, None)) for rank in members]
+            continue
+        normal = ranked[0][0]
+        flagged += [(rank, (reason, "root", i, normal)) for rank, value in members.items() if value != normal]
+    return flagged
 
 
 def _group_sizes(con: duckdb.DuckDBPyConnection, ev: Evidence) -> None:
