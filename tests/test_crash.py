@@ -29,6 +29,23 @@ def lake_is_consistent(settings: Settings) -> None:
     assert visible_parquet(settings) == committed, "every Parquet file an outside reader sees is committed, and only those"
 
 
+def _kill_twice_then_finish(cmd: list[str], settings, rng: random.Random, after_s: tuple[float, float]) -> None:
+    """Run ``cmd``, kill its process group with SIGKILL at a random moment twice (outside readers see committed
+    files only after each), then let a third run finish: it succeeds and leaves the lake consistent."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for _ in range(2):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        time.sleep(rng.uniform(*after_s))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert_outside_readers_see_only_committed(settings)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lake_is_consistent(settings)
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory, corpus):
     settings = Settings.resolve(tmp_path_factory.mktemp("clean"))
@@ -42,20 +59,7 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
     settings = Settings.resolve(tmp_path / "lake")
     cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "ingest", str(corpus),
            "--batch-files", "4", "--workers", str(1 + trial % 2), "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    kills = 0
-    for _ in range(2):  # kill it twice at different moments, then let it finish
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        time.sleep(rng.uniform(0.4, 2.2))
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        assert_outside_readers_see_only_committed(settings)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lake_is_consistent(settings)
+    _kill_twice_then_finish(cmd, settings, rng, (0.4, 2.2))
     assert snapshot(settings) == clean
     assert Catalog(settings.db_url).pending_diagnoses() == [], "whatever was committed is diagnosed"
 
@@ -86,19 +90,7 @@ def test_kill_a_diagnosis_while_it_writes_summaries_then_rerun(tmp_path, timed_l
     settings = Settings.resolve(tmp_path / "lake")
     shutil.copytree(source.lake, settings.lake)
     cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "rediagnose"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    rng = random.Random(trial)
-    for _ in range(2):
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        time.sleep(rng.uniform(1.0, 6.0))  # a rediagnose of the twelve takes several seconds
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert_outside_readers_see_only_committed(settings)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lake_is_consistent(settings)
+    _kill_twice_then_finish(cmd, settings, random.Random(trial), (1.0, 6.0))  # a rediagnose of the twelve: seconds
     assert snapshot(settings) == clean_tables
     catalog = Catalog(settings.db_url)
     assert catalog.pending_diagnoses() == []

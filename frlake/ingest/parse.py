@@ -209,9 +209,9 @@ def _groups(pg_config: object, budget: Budget, limits: Limits) -> list[dict]:
         ranks = _parse_ranks(raw)
         if ranks is not None and len(ranks) >= 2**31:
             ranks = None
-        if ranks and not (isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN):  # else checked once, cached
+        cached = isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN  # parsed, checked and run once per worker
+        if ranks and not cached:
             ints_in_range(ranks, "pg_config ranks", 1 << 31)
-        cached = isinstance(raw, str) and len(raw) >= _RANKS_CACHE_MIN
         groups.append(
             {
                 "pg_name": short_str(name, "pg_config name", limits),
