@@ -113,8 +113,12 @@ def entry_filter():
         lo_seq, hi_seq = EntryFilter.parse_seq(request.args.get("seq"))
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    pgs = tuple(p for p in request.args.getlist("pg") if p)
-    return EntryFilter(ranks=ranks, pgs=pgs or None, seq_from=lo_seq, seq_to=hi_seq)
+    return EntryFilter(ranks=ranks, pgs=pg_list(), seq_from=lo_seq, seq_to=hi_seq)
+
+
+def pg_list() -> tuple[str, ...] | None:
+    """?pg=dp&pg=0 as group names (None when absent)."""
+    return tuple(p for p in request.args.getlist("pg") if p) or None
 
 
 def rank_list(name: str = "ranks") -> tuple[int, ...] | None:
@@ -154,8 +158,7 @@ def trace_window():
     """?ranks=0,1,8-15&pg=dp&around=N&max_events=N as a TraceWindow."""
     from frlake.query.trace import DEFAULT_MAX_EVENTS, TraceWindow
 
-    pgs = tuple(p for p in request.args.getlist("pg") if p)
     around = request.args.get("around")
-    return TraceWindow(ranks=rank_list(), pgs=pgs or None,
+    return TraceWindow(ranks=rank_list(), pgs=pg_list(),
                        around=int_arg("around", 0, 0, 10**6) if around else None,
                        max_events=int_arg("max_events", DEFAULT_MAX_EVENTS, 1, 2_000_000))
