@@ -218,7 +218,7 @@ class Frlake:
         if not store:
             return self._analyse(job, attempt, complete)[0]
         with self._summary_writer() as writer:
-            return self._diagnose_one(writer, job, attempt, complete)
+            return self._diagnose_one(writer, job, attempt, complete, resummarise=False)
 
     def mark_complete(self, job: str, attempt: int) -> Diagnosis:
         """Say that no more dumps of this attempt will come: an attempt that
@@ -229,7 +229,8 @@ class Frlake:
         return self.diagnose(job, attempt, complete=True)
 
     def rediagnose(self, job: str | None = None) -> list[Diagnosis]:
-        """Recompute and store the diagnosis of every attempt (of ``job``)."""
+        """Recompute and store the diagnosis of every attempt (of ``job``),
+        and its summary tables."""
         keys = self.catalog.attempt_keys(job)
         if job is not None and not keys:
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
@@ -255,7 +256,7 @@ class Frlake:
         complete = self.catalog.marked_complete(keys)
         with self._summary_writer() as writer:
             for job, attempt in keys:
-                diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete)
+                diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete, resummarise=True)
                 log.info("%s", diag.summary)
                 out.append(diag)
         return out
@@ -265,12 +266,21 @@ class Frlake:
 
         return SummaryWriter(self.catalog, self.lake)
 
-    def _diagnose_one(self, writer, job: str, attempt: int, complete: bool | None) -> Diagnosis:
+    def _diagnose_one(self, writer, job: str, attempt: int, complete: bool | None, *,
+                      resummarise: bool) -> Diagnosis:
         """Diagnose one attempt and store the diagnosis with the attempt's
-        summary tables (frlake.summaries), both made from the same views."""
-        revision = self.catalog.attempt_revision(job, attempt) or 0  # read before the views: never newer than they
-        diag, summaries = self._analyse(job, attempt, complete, summarise=True)
-        writer.store(diag, revision, summaries)
+        summary tables (frlake.summaries), both made from the same views.
+        Without ``resummarise``, an attempt whose diagnosis is not due keeps
+        its summaries: they are those of the revision it is still at (at
+        16,384 ranks they cost as much again as the diagnosis)."""
+        # read before the views: never newer than they
+        revision, due = self.catalog.diagnosis_state(job, attempt) or (0, True)
+        summarise = due or resummarise
+        diag, summaries = self._analyse(job, attempt, complete, summarise=summarise)
+        if summarise:
+            writer.store(diag, revision, summaries)
+        else:
+            self.catalog.save_diagnosis(diag, revision)
         return diag
 
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,
@@ -287,7 +297,7 @@ class Frlake:
             stored = self.catalog.diagnosis(job, attempt)
             complete = bool(stored and stored.complete)
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
-            diag = diagnose_attempt(con, job, attempt, complete=complete)
+            diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise)
             return diag, attempt_summary(con, job, attempt) if summarise else None
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:

@@ -46,12 +46,12 @@ class AttemptSummary:
 
 
 def summarise(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> AttemptSummary:
-    """The summary of one attempt from a connection with its views (the diagnosis')."""
+    """The summary of one attempt from the connection on which it was just diagnosed."""
     from frlake.query.links import summarise as rows
 
     had = any(con.execute(f"SELECT 1 FROM {t} WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchall()
               for t in SUMMARY_TABLES)
-    return AttemptSummary(rows(con, job, attempt), had)
+    return AttemptSummary(rows(con), had)
 
 
 class _Superseded(Exception):

@@ -15,7 +15,6 @@ import pytest
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.lifecycle import CompactOptions
-from frlake.query.links import summarise
 from frlake.query.reports import REPORTS, Window
 from frlake.schema import SUMMARY_TABLES
 from frlake.session import Frlake
@@ -103,13 +102,13 @@ def _summary_files(settings: Settings, key: tuple[str, int]) -> dict[str, int]:
 
 
 def _stored_and_fresh(settings: Settings, job: str, attempt: int) -> tuple[dict, dict]:
-    """The attempt's rows of the summary tables as stored, and as its entries give them now."""
+    """The attempt's rows of the summary tables as stored, and as a diagnosis of its entries gives them now."""
     with Frlake(settings) as fl:
         con = fl.connect(catalog_views=(), partition=(job, attempt))
         stored = {t: con.execute(f"SELECT * EXCLUDE (job, attempt) FROM {t} ORDER BY ALL").fetchall()
                   for t in SUMMARY_TABLES}
         fresh = {t: sorted(tuple(r.values()) for r in rows.to_pylist())
-                 for t, rows in summarise(con, job, attempt).items()}
+                 for t, rows in fl._analyse(job, attempt, None, summarise=True)[1].tables.items()}
     return stored, fresh
 
 
@@ -192,3 +191,49 @@ def test_an_attempt_diagnosed_by_an_older_frlake_gets_its_summary_after_the_upgr
         fl.diagnose_pending()
         assert fl.catalog.pending_diagnoses() == []
         assert fl.report("slow-links")[0]["host"] == "h3"
+
+
+def test_a_rank_dumped_twice_counts_once_in_the_summary(tmp_path):
+    """The summaries are made from the entries the diagnosis read, each rank's newest dump: an earlier
+    snapshot of rank 5 (its first 8 steps again, in a second file) adds no entry to any collective."""
+    nfs = write_timed(tmp_path / "nfs", [slow_link_attempt("job-s", 0, [0, 1, 2, 3, 4, 5, 6, 7], START)])
+    early = slow_link_attempt("job-s", 0, [0, 1, 2, 3, 4, 5, 6, 7], START)
+    early.steps = 8
+    write_timed(tmp_path / "early", [early])
+    folder = nfs / "job-s" / "attempt-0" / "h2"
+    shutil.copy(tmp_path / "early" / "job-s" / "attempt-0" / "h2" / "rank_5", folder / "rank_5_early")
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([nfs], settings)
+    with Frlake(settings) as fl:
+        con = fl.connect(catalog_views=(), partition=("job-s", 0))
+        assert con.execute("SELECT count(*) FROM dumps WHERE rank = 5").fetchone()[0] == 2
+        world = con.execute("SELECT seq, entries FROM collective_durations WHERE pg_name = '0' ORDER BY seq").fetchall()
+        lags = dict(con.execute("SELECT host, entries FROM watchdog_lags").fetchall())
+    assert world == [(step, 16) for step in range(1, 13)]  # 16 members, rank 5 once, at every step
+    assert lags["h2"] == lags["h1"] == 2 * 12 * 2  # 2 ranks x 12 steps x (world + dp group)
+
+
+def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_them_again(timed, tmp_path):
+    """`frlake diagnose` of an attempt whose diagnosis is not due stores the diagnosis and keeps the summary
+    files (they are of the revision it is still at); `frlake rediagnose` writes them again, equal."""
+    lake = tmp_path / "copy"
+    shutil.copytree(timed.lake, lake)
+    settings = Settings.resolve(lake)
+    key = ("job-x", 0)
+
+    def files() -> list[str]:
+        with Frlake(settings) as fl:
+            return sorted(f.path for t in SUMMARY_TABLES for f in fl.catalog.committed_files(t, key))
+
+    before, (stored, _) = files(), _stored_and_fresh(settings, *key)
+    with Frlake(settings) as fl:
+        assert fl.catalog.diagnosis_state(*key)[1] is False
+        diagnosed_at = fl.catalog.version()
+        fl.diagnose(*key)
+        assert fl.catalog.version() != diagnosed_at  # the diagnosis was stored again
+    assert files() == before
+    with Frlake(settings) as fl:
+        fl.rediagnose("job-x")
+    again, (stored_again, fresh) = files(), _stored_and_fresh(settings, *key)
+    assert len(again) == 2 and not set(again) & set(before)
+    assert stored_again == stored == fresh

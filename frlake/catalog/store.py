@@ -505,6 +505,17 @@ class Catalog(LakeFiles, Lifecycle):
                 .where(Job.name == job, Attempt.number == attempt)
             )
 
+    def diagnosis_state(self, job: str, attempt: int) -> tuple[int, bool] | None:
+        """The attempt's revision, and whether its diagnosis is due (None if
+        the lake has no such attempt). Not due: the stored diagnosis, and the
+        summary tables stored with it, are of this revision."""
+        with self.session() as s:
+            row = s.execute(
+                select(Attempt.revision, Attempt.diagnosis_due).join(Job, Job.id == Attempt.job_id)
+                .where(Job.name == job, Attempt.number == attempt)
+            ).first()
+        return None if row is None else (row[0] or 0, bool(row[1]))
+
     def pending_diagnoses(self) -> list[tuple[str, int]]:
         """Attempts whose stored diagnosis is missing or older than their dumps."""
         q = (

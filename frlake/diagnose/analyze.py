@@ -15,16 +15,20 @@ from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
 from frlake.diagnose.model import WAIT_LIST, Culprit, Diagnosis, Verdict
 
 
-def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False) -> Diagnosis:
+def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,
+                     durations: bool = False) -> Diagnosis:
     """Apply the verdict rules in their order of precedence (see Verdict).
 
     ``complete``: a user said no more dumps of this attempt will come. Without
     it, an attempt where fewer than half of the world's ranks dumped (one
     uploaded dump of eight) is "incomplete, waiting for more dumps": its
     missing ranks would otherwise all be named as roots that never dumped,
-    which the data cannot tell. A mismatch among the dumps there are stands."""
+    which the data cannot tell. A mismatch among the dumps there are stands.
+
+    ``durations``: the entries the diagnosis reads keep their durations, for
+    the attempt's summary tables (frlake.query.links.summarise)."""
     started = time.perf_counter()
-    ev = load(con, job, attempt)
+    ev = load(con, job, attempt, durations=durations)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
     hosts = _hosts_with_inferred(ev)
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),

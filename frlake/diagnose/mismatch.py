@@ -16,8 +16,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
-from frlake.diagnose.evidence import Evidence
+from frlake.diagnose.evidence import Evidence, temp_table
 
 FIELDS = (("type_sig", "type_mismatch"), ("size_sig", "size_mismatch"), ("dtype_sig", "dtype_mismatch"))
 
@@ -63,6 +64,9 @@ def states(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
             for rank, pg, desc, seq, op, t, stack_id in rows]
 
 
+_INSTANCE = {"pg_name": pa.string(), "seq": pa.int64()}  # a temporary table of collective instances
+
+
 def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     candidates = {
         (pg, seq)
@@ -75,8 +79,7 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
         candidates.update((pg, seq) for seq in set(lasts) if seq > lowest)
     if not candidates:
         return []
-    con.execute("CREATE OR REPLACE TEMP TABLE _cand (pg_name VARCHAR, seq BIGINT)")
-    con.executemany("INSERT INTO _cand VALUES (?, ?)", sorted(candidates))
+    temp_table(con, "_cand", _INSTANCE, sorted(candidates))
     _group_sizes(con, ev)
     calls = ev.rel.calls
     here = f"here AS (SELECT e.* FROM {calls} e JOIN _cand c USING (pg_name, seq))"
@@ -100,8 +103,7 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
     # history, 2-4 s at 16,384 ranks).
     open_ = sorted(key for key, votes in by_instance.items() if _asks_history(votes))
     if open_:
-        con.execute("DELETE FROM _cand")
-        con.executemany("INSERT INTO _cand VALUES (?, ?)", open_)
+        temp_table(con, "_cand", _INSTANCE, open_)
         for pg, seq, rank, *sigs in con.execute(
             f"""
             WITH {here}
@@ -173,17 +175,15 @@ def _judge(votes: dict[str, list], history_read: bool = True) -> list[tuple[int,
 
 
 def _group_sizes(con: duckdb.DuckDBPyConnection, ev: Evidence) -> None:
-    con.execute("CREATE OR REPLACE TEMP TABLE _gsize (pg_name VARCHAR, pg_desc VARCHAR, n INTEGER)")
-    con.executemany("INSERT INTO _gsize VALUES (?, ?, ?)",
-                    sorted((pg, ev.desc.get(pg), len(m)) for pg, m in ev.members.items()))
+    temp_table(con, "_gsize", {"pg_name": pa.string(), "pg_desc": pa.string(), "n": pa.int32()},
+               sorted((pg, ev.desc.get(pg), len(m)) for pg, m in ev.members.items()))
 
 
 def _details(con: duckdb.DuckDBPyConnection, ev: Evidence,
              found: dict[tuple[int, str, int], tuple[str, str, int, int | None]]) -> list[Mismatch]:
     """What each flagged member called, and what the others called: read from the calls of the group's own
     members (and of its siblings, where only they hold the value that settled it), never from a mode()."""
-    con.execute("CREATE OR REPLACE TEMP TABLE _flag (pg_name VARCHAR, seq BIGINT)")
-    con.executemany("INSERT INTO _flag VALUES (?, ?)", sorted({(pg, seq) for _, pg, seq in found}))
+    temp_table(con, "_flag", _INSTANCE, sorted({(pg, seq) for _, pg, seq in found}))
     rows = con.execute(
         f"""
         WITH who AS (

@@ -15,9 +15,10 @@ The watchdog's lag, (completed - started, as the watchdog discovered them)
 times, not the measured duration, so it is never taken for a slow link.
 
 Everything up to a host's share of each collective is per attempt, so it is
-computed once, when the attempt is diagnosed (:func:`summarise`, stored by
-frlake.summaries in the tables ``collective_durations`` and
-``watchdog_lags``), and the report reads those rows, not the entries. A
+computed once, when the attempt is diagnosed, from the entries the diagnosis
+read (:func:`summarise`, stored by frlake.summaries in the tables
+``collective_durations`` and ``watchdog_lags``), and the report reads those
+rows, not the entries. A
 host's watchdog lag is the median of its per-attempt medians.
 """
 
@@ -32,55 +33,72 @@ from frlake import schema
 if TYPE_CHECKING:
     import duckdb
 
+    from frlake.diagnose.evidence import Relations
+
 Z = 1.96
 SLOW = 1.5  # a collective at least this many times its siblings' median counts as slow
 MIN_COLLECTIVES = 8
 
-# The completed, timed collective entries of one attempt.
+# Per attempt, from the entries the diagnosis read (frlake.diagnose.evidence: each rank's newest dump, so an
+# entry a rank dumped twice counts once, and groups that share a name told apart by their members): the
+# completed, timed collective entries, each with its host as a number (hid), since lists of numbers
+# aggregate several times faster than lists of strings.
 _TIMED = """
-      FROM entries
-      WHERE job = $job AND attempt = $attempt AND duration_ms IS NOT NULL AND duration_ms > 0 AND NOT is_p2p
-        AND state = 'completed' AND collective_seq_id IS NOT NULL"""
+    WITH t AS (
+      SELECT e.pg_name, e.pg_desc, e.seq, e.op, e.duration_ms, e.watchdog_lag_ms, h.hid
+      FROM {entries} e JOIN _hid h USING (rank)
+      WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
+    )"""
+# Each host's number: its place in the list of the attempt's hosts ($hosts, a constant of the query).
+_HOST_IDS = "SELECT rank, host, dense_rank() OVER (ORDER BY host) AS hid FROM {dumps}"
 
-# Per attempt, when it is diagnosed (frlake.summaries writes the rows with the diagnosis): the table
-# ``collective_durations``, one row per collective instance of one group. One pass over the entries groups
-# them by collective instance and host (each host once, so no DISTINCT aggregate); each instance is then
-# compared with the same collective in the attempt's sibling groups: a GROUP BY joined back, not a window,
-# whose median DuckDB recomputes for every row of a partition (quadratic in the number of sibling groups:
-# 2,048 tp groups at 16,384 ranks).
-COLLECTIVE_DURATIONS = f"""
-    WITH eh AS (  -- one host's entries of one collective instance of one group
-      SELECT pg_name, pg_desc, collective_seq_id AS seq, op, host, list(duration_ms) AS durations{_TIMED}
-      GROUP BY ALL
+# The table ``collective_durations``: one row per collective instance of one group, its members' median
+# duration, compared with the same collective (description, sequence id and op) in the attempt's sibling
+# groups: a GROUP BY joined back, not a window, whose median DuckDB recomputes for every row of a
+# partition (quadratic in the number of sibling groups: 2,048 tp groups at 16,384 ranks). The entries are
+# grouped by host first, so a group's list of hosts is built from one row per host, never one per entry
+# (a world group of 16,384 ranks on 2,048 hosts).
+COLLECTIVE_DURATIONS = _TIMED + """, eh AS (  -- one host's entries of one collective instance of one group
+      SELECT pg_name, pg_desc, seq, op, hid, list(duration_ms) AS durations FROM t GROUP BY ALL
     ), g AS (  -- one collective instance of one group: its members' median duration, and its hosts
       SELECT pg_name, pg_desc, seq, op, list_median(flatten(list(durations))) AS duration_ms,
-             sum(len(durations))::BIGINT AS entries, list_sort(list(host)) AS hosts
+             sum(len(durations))::BIGINT AS entries, list_sort(list(hid)) AS hids
       FROM eh GROUP BY ALL
     ), sib AS (  -- the same collective in every group of the attempt
       SELECT pg_desc, seq, op, count(*) AS n_groups, median(duration_ms) AS sibling_median_ms FROM g GROUP BY ALL
+    ), named AS (  -- a group's key back to the name it was given
+      SELECT DISTINCT pg, pg_name FROM {group_keys}
     )
-    SELECT g.*, sib.n_groups, sib.sibling_median_ms, g.duration_ms / nullif(sib.sibling_median_ms, 0) AS slowdown
+    SELECT coalesce(k.pg_name, g.pg_name) AS pg_name, g.pg_desc, g.seq, g.op, g.duration_ms, g.entries,
+           list_transform(g.hids, lambda i: CAST($hosts AS VARCHAR[])[i]) AS hosts, sib.n_groups, sib.sibling_median_ms,
+           g.duration_ms / nullif(sib.sibling_median_ms, 0) AS slowdown
     FROM g JOIN sib ON g.pg_desc IS NOT DISTINCT FROM sib.pg_desc AND g.seq = sib.seq AND g.op IS NOT DISTINCT FROM sib.op
-    ORDER BY g.pg_desc, g.seq, g.op, g.pg_name
+    LEFT JOIN named k ON k.pg = g.pg_name
+    ORDER BY g.pg_desc, g.seq, g.op, coalesce(k.pg_name, g.pg_name), g.pg_name
 """
 
-# Per attempt and host: the watchdog's lag (the table ``watchdog_lags``).
-WATCHDOG_LAGS = f"""
-    SELECT host, count(*) AS entries,
-           median((time_discovered_completed_ns - time_discovered_started_ns) / 1e6 - duration_ms)
-             AS watchdog_lag_ms{_TIMED}
-    GROUP BY host ORDER BY host
+# The table ``watchdog_lags``: per host, the watchdog's lag.
+WATCHDOG_LAGS = _TIMED + """
+    SELECT CAST($hosts AS VARCHAR[])[hid] AS host, count(*) AS entries, median(watchdog_lag_ms) AS watchdog_lag_ms
+    FROM t GROUP BY hid ORDER BY hid
 """
 
 SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATCHDOG_LAGS}
 
 
-def summarise(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> dict[str, pa.Table]:
+def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
     """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
-    in their schemas, from a connection with the lake's views."""
+    in their schemas, from a connection on which the attempt was just
+    diagnosed (its relations, ``rel``, frlake.diagnose.evidence.load)."""
+    from frlake.diagnose.evidence import Relations
+
+    rel = rel or Relations()
+    names = {"dumps": rel.dumps, "entries": rel.entries, "group_keys": rel.group_keys}
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _hid AS {_HOST_IDS.format(**names)}")
+    hosts = con.execute("SELECT list(host ORDER BY hid) FROM (SELECT DISTINCT hid, host FROM _hid)").fetchall()[0][0]
     out = {}
     for name, sql in SUMMARIES.items():
-        table = con.sql(sql, params={"job": job, "attempt": attempt}).to_arrow_table()
+        table = con.sql(sql.format(**names), params={"hosts": hosts or []}).to_arrow_table()
         out[name] = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
     return out
 
