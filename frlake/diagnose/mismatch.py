@@ -83,16 +83,20 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
     _group_sizes(con, ev)
     calls = ev.rel.calls
     here = f"here AS (SELECT e.* FROM {calls} e JOIN _cand c USING (pg_name, seq))"
+    # The candidates' own calls and their siblings' (groups of the same description and size, at the same
+    # sequence id), in one pass over the calls.
     rows = con.execute(
         f"""
-        WITH {here}, sib AS (  -- groups of the same description and size, at the same sequence id
-          SELECT c.pg_name AS for_pg, c.seq AS for_seq, e.type_sig, e.size_sig, e.dtype_sig
+        WITH k AS (
+          SELECT pg_name, seq, pg_name AS for_pg, true AS here FROM _cand
+          UNION ALL
+          SELECT s.pg_name, c.seq, c.pg_name, false
           FROM _cand c JOIN _gsize g ON g.pg_name = c.pg_name
           JOIN _gsize s ON s.pg_desc = g.pg_desc AND s.n = g.n AND s.pg_name <> g.pg_name
-          JOIN {calls} e ON e.pg_name = s.pg_name AND e.seq = c.seq
         )
-        SELECT 'here', pg_name, seq, rank, type_sig, size_sig, dtype_sig FROM here
-        UNION ALL SELECT 'sib', for_pg, for_seq, NULL, type_sig, size_sig, dtype_sig FROM sib
+        SELECT CASE WHEN k.here THEN 'here' ELSE 'sib' END, k.for_pg, k.seq, CASE WHEN k.here THEN e.rank END,
+               e.type_sig, e.size_sig, e.dtype_sig
+        FROM k JOIN {calls} e ON e.pg_name = k.pg_name AND e.seq = k.seq
         """
     ).fetchall()
     by_instance: dict[tuple[str, int], dict[str, list]] = {}
@@ -242,12 +246,20 @@ _CHANGED = """(EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name =
                AND NOT EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name = {x}.pg_name AND {sends}
                       AND o.p2p_seq < {x}.p2p_seq AND o.stack_id IS NOT DISTINCT FROM {x}.stack_id
                       AND o.size_sig = {x}.size_sig AND o.dtype_sig = {x}.dtype_sig))"""
+_P2P = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL"
+# Whether any send and recv could disagree: a pair shares its group, p2p sequence id, source and destination,
+# so one of these keys holds two signatures. Mostly none does, and the pairing below is not run.
+_P2P_DISAGREE = f"""
+    SELECT count(*) FROM (
+      SELECT 1 FROM {{entries}} WHERE {_P2P} GROUP BY pg_name, p2p_seq, p2p_src, p2p_dst
+      HAVING min(size_sig) <> max(size_sig) OR min(dtype_sig) <> max(dtype_sig) LIMIT 1)
+"""
 _P2P_PAIRS = f"""
     WITH p AS (
       SELECT *, op IN ('send', 'isend') AS sends,
              row_number() OVER (PARTITION BY rank, pg_name, p2p_seq, p2p_src, p2p_dst, op IN ('send', 'isend')
                                 ORDER BY entry_index) AS k
-      FROM {{entries}} WHERE is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL
+      FROM {{entries}} WHERE {_P2P}
     )
     SELECT s.rank, r.rank, s.pg_name, s.pg_desc, s.p2p_seq, s.size_sig <> r.size_sig, s.dtype_sig <> r.dtype_sig,
            s.t, r.t, s.stack_id, r.stack_id, s.entry_index, r.entry_index,
@@ -264,6 +276,8 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
     that changed is the one whose earlier calls from the same site looked like
     the other side; when that cannot tell, the receiver is named first."""
     out = []
+    if not con.execute(_P2P_DISAGREE.replace("{entries}", ev.rel.entries)).fetchone()[0]:
+        return out
     for row in con.execute(_P2P_PAIRS.replace("{entries}", ev.rel.entries)).fetchall():
         sender, receiver, pg, desc, seq, sizes, dtypes, s_t, r_t, s_stack, r_stack, s_i, r_i, s_changed, r_changed = row
         reason = "size_mismatch" if sizes else "dtype_mismatch"
