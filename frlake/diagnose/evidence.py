@@ -172,10 +172,11 @@ class PendingTail:
     waiting: list[int]  # members that have it pending
 
 
-# What the entries keep for the summary tables (load's ``durations``), else NULLs of the same types.
-_DURATIONS = """en.duration_ms, (en.time_discovered_completed_ns - en.time_discovered_started_ns) / 1e6 - en.duration_ms
+# What the entries keep for the summary tables, with load's ``durations`` only (a temporary table stores a
+# column of NULLs in full: 256 MB at 16,384 ranks).
+_DURATIONS = """, en.duration_ms,
+               (en.time_discovered_completed_ns - en.time_discovered_started_ns) / 1e6 - en.duration_ms
                  AS watchdog_lag_ms"""
-_NO_DURATIONS = "NULL::DOUBLE AS duration_ms, NULL::DOUBLE AS watchdog_lag_ms"
 
 
 def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: bool = False) -> Evidence:
@@ -207,8 +208,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                en.pg_id,
                en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
                {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
-               en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend,
-               {_DURATIONS if durations else _NO_DURATIONS}
+               en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}
         FROM entries en {keys}
         WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')}
         """,
