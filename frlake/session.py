@@ -293,9 +293,8 @@ class Frlake:
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.summaries import summarise as attempt_summary
 
-        if complete is None:
-            stored = self.catalog.diagnosis(job, attempt)
-            complete = bool(stored and stored.complete)
+        if complete is None:  # the stored report is read only if it holds the mark
+            complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise)
             return diag, attempt_summary(con, job, attempt) if summarise else None
