@@ -216,3 +216,15 @@ def test_a_dead_runs_leftovers_are_removed_and_a_live_runs_kept(lake, corpus):
         assert not dead.exists()
         assert (live.staging / "y.parquet.tmp").exists()
     assert not (root.root / ".staging" / "run-1000").exists()
+
+
+def test_a_lake_made_again_at_the_same_path_in_one_process_gets_every_dump(tmp_path, corpus):
+    """One process, two ingests with one worker (in-process), the lake deleted and made again at the same
+    path between them (same catalog URL, a new catalog file, run 1 again): the second run reads its own
+    catalog, not the first's through a connection the process kept, and ingests every dump again."""
+    src = _copy_attempt(corpus, tmp_path / "nfs", "job-20d6d4", 0)
+    settings = Settings.resolve(tmp_path / "lake")
+    first = ingest([src], settings, IngestOptions(workers=1))
+    shutil.rmtree(tmp_path / "lake")
+    again = ingest([src], settings, IngestOptions(workers=1))
+    assert first.ingested > 0 and again.ingested == first.ingested and again.already_present == 0

@@ -42,6 +42,7 @@ from frlake.ingest.worker import (
     cleanup_staged,
     enter_worker_process,
     process_chunk,
+    release_catalog,
     stacks_table,
     worker_ready,
 )
@@ -171,10 +172,13 @@ class _Run:
         workers = max(1, self.options.workers)
         try:
             if workers == 1 and not self.options.isolate:
-                for chunk in chunks:
-                    self.batch += 1
-                    self._commit(process_chunk(self.ctx, self.batch, chunk))
-                    self._release(chunk)
+                try:
+                    for chunk in chunks:
+                        self.batch += 1
+                        self._commit(process_chunk(self.ctx, self.batch, chunk))
+                        self._release(chunk)
+                finally:
+                    release_catalog()  # the in-process worker's connection goes with the run
             else:
                 self._execute_parallel(chunks, workers)
         finally:

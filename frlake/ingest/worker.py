@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import resource
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -40,6 +41,8 @@ class WorkerContext:
     identity: IdentityOptions
     limits: Limits = Limits()
     staging: str | None = None  # the run's own staging folder
+    # Unique to the run (its run_id is not: a lake deleted and made again at the same path counts from 1).
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass
@@ -165,14 +168,26 @@ def dump_id_of(sha256: str, job: str, attempt: int) -> int:
     return int(key[:16], 16) >> 1
 
 
-_worker_state: dict[str, object] = {}
+_worker_state: dict[str, tuple[str, Catalog]] = {}
 
 
 def _catalog(ctx: WorkerContext) -> Catalog:
-    cat = _worker_state.get(ctx.db_url)
-    if cat is None:
-        cat = _worker_state[ctx.db_url] = Catalog(ctx.db_url, check=False)
-    return cat  # type: ignore[return-value]
+    """The run's catalog, opened once per process and run. A process that runs several ingests (one worker
+    runs in the session's own process) never asks one run's questions of another run's connection: a lake
+    deleted and made again at the same path has the same URL and a new catalog file, and the old
+    connection would still read the deleted one (every dump "already present", nothing ingested)."""
+    held = _worker_state.get("catalog")
+    if held is None or held[0] != ctx.token:
+        release_catalog()
+        held = _worker_state["catalog"] = (ctx.token, Catalog(ctx.db_url, check=False))
+    return held[1]
+
+
+def release_catalog() -> None:
+    """Close the catalog :func:`_catalog` holds, if any (the end of an in-process run)."""
+    held = _worker_state.pop("catalog", None)
+    if held is not None:
+        held[1].close()
 
 
 @dataclass
