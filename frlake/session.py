@@ -275,12 +275,8 @@ class Frlake:
         16,384 ranks they cost as much again as the diagnosis)."""
         # read before the views: never newer than they
         revision, due = self.catalog.diagnosis_state(job, attempt) or (0, True)
-        summarise = due or resummarise
-        diag, summaries = self._analyse(job, attempt, complete, summarise=summarise)
-        if summarise:
-            writer.store(diag, revision, summaries)
-        else:
-            self.catalog.save_diagnosis(diag, revision)
+        diag, summaries = self._analyse(job, attempt, complete, summarise=due or resummarise)
+        writer.store(diag, revision, summaries)  # no summaries: the stored ones stay
         return diag
 
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,

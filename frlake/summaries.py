@@ -83,10 +83,14 @@ class SummaryWriter:
         finally:
             self.catalog.finish_run(self.run_id, "failed" if exc_type else "finished", {})
 
-    def store(self, diag: Diagnosis, revision: int, summary: AttemptSummary) -> bool:
+    def store(self, diag: Diagnosis, revision: int, summary: AttemptSummary | None) -> bool:
         """Store ``diag`` (made from the attempt at ``revision``) and make
-        ``summary`` the attempt's summary rows. False: the catalog holds a
-        newer diagnosis, or the attempt is gone, and nothing was stored."""
+        ``summary`` the attempt's summary rows; None keeps the stored ones
+        (the session passes it for an attempt whose diagnosis was not due:
+        they are of this revision). False: the catalog holds a newer
+        diagnosis, or the attempt is gone, and nothing was stored."""
+        if summary is None:
+            return self.catalog.save_diagnosis(diag, revision)
         key = (diag.job, diag.attempt)
         rows = {name: t for name, t in summary.tables.items() if t.num_rows}
         if not rows and not summary.had_rows:
