@@ -65,6 +65,11 @@ ENTRY_FIELDS: tuple[EntryField, ...] = (
     EntryField("input_dtypes", _DTYPES, {"input_dtypes": _LIST}),
     EntryField("output_sizes", _SIZES, {"output_sizes": _LIST}),
     EntryField("output_dtypes", _DTYPES, {"output_dtypes": _LIST}),
+    # stable signatures of the four lists (frlake.signatures): what a diagnosis compares; since schema 2
+    EntryField("input_sizes_sig", pa.int64()),
+    EntryField("output_sizes_sig", pa.int64()),
+    EntryField("input_dtypes_sig", pa.int64()),
+    EntryField("output_dtypes_sig", pa.int64()),
     EntryField("thread_id", pa.string(), {"thread_id": _STR | _INT}),
     EntryField("thread_name", pa.string(), {"thread_name": _STR}),
     EntryField("stack_id", pa.int64(), {"frames": _LIST}),
@@ -225,6 +230,30 @@ WATCHDOG_LAGS = pa.schema(
         ("watchdog_lag_ms", pa.float64()),  # median of (discovered completed - discovered started) - duration_ms
     ]
 )
+
+# The schema version of each table's files (1 where it never changed). The catalog records the version of
+# every file it commits (lake_files.schema_version); a file keeps the columns of its version, and frlake's
+# views give the columns added since as NULL. A rewrite (compaction, forget) writes the current version.
+SCHEMA_VERSIONS = {"entries": 2}
+# The columns each version added.
+ADDED_COLUMNS = {"entries": {2: ("input_sizes_sig", "output_sizes_sig", "input_dtypes_sig", "output_dtypes_sig")}}
+
+
+def schema_version(table: str) -> int:
+    """The version of the files frlake writes for ``table`` today."""
+    return SCHEMA_VERSIONS.get(table, 1)
+
+
+def schema_variable(table: str) -> str:
+    """The DuckDB variable (``getvariable``) in which frlake's views hold the oldest schema version among
+    the files of ``table`` they read."""
+    return f"frlake_schema_{table}"
+
+
+def columns_missing(table: str, version: int) -> tuple[str, ...]:
+    """The columns of ``table`` that its files of ``version`` do not hold."""
+    return tuple(c for v, added in sorted(ADDED_COLUMNS.get(table, {}).items()) if v > version for c in added)
+
 
 TABLES: dict[str, pa.Schema] = {
     "dumps": DUMPS,

@@ -12,6 +12,7 @@ from sqlalchemy import delete, func, insert, or_, select, update
 
 from frlake.catalog.models import Dump, LakeFile, RetiredFile
 from frlake.lake import hidden_path
+from frlake.schema import SCHEMA_VERSIONS, schema_version
 
 _CHUNK = 500
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace
@@ -51,6 +52,7 @@ class CommittedFile:
     bytes: int
     status: str
     hidden: bool = True
+    schema_version: int = 1  # of its table's schema (frlake.schema.SCHEMA_VERSIONS)
 
     @property
     def readable(self) -> str:
@@ -76,7 +78,8 @@ class LakeFiles:
         with self.session(write=True) as s:
             rows = [
                 LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
-                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now, hidden=True)
+                         bytes=f.bytes, run_id=run_id, status="pending", created_at=now, hidden=True,
+                         schema_version=schema_version(f.table))  # every writer writes the current schema
                 for f in specs
             ]
             s.add_all(rows)
@@ -134,7 +137,8 @@ class LakeFiles:
     def committed_files(self, table: str | None = None,
                         partition: tuple[str, int] | None = None) -> list[CommittedFile]:
         q = select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.job, LakeFile.attempt, LakeFile.rows,
-                   LakeFile.bytes, LakeFile.status, LakeFile.hidden).where(LakeFile.status.in_(VISIBLE))
+                   LakeFile.bytes, LakeFile.status, LakeFile.hidden,
+                   LakeFile.schema_version).where(LakeFile.status.in_(VISIBLE))
         if table is not None:
             q = q.where(LakeFile.table_name == table)
         if partition is not None:
@@ -154,15 +158,22 @@ class LakeFiles:
         when given, and every file of the unpartitioned ``stacks``.
         ``final``: their final names (outside engines such as Spark skip
         hidden names), for the files that are fully committed."""
+        return {table: [path for path, _ in files]
+                for table, files in self.table_file_versions(partition, final=final).items()}
+
+    def table_file_versions(self, partition: tuple[str, int] | None = None, *,
+                            final: bool = False) -> dict[str, list[tuple[str, int]]]:
+        """:meth:`table_files`, each path with the schema version of its file."""
         statuses = ("committed",) if final else VISIBLE
-        q = select(LakeFile.table_name, LakeFile.path, LakeFile.hidden).where(LakeFile.status.in_(statuses))
+        q = (select(LakeFile.table_name, LakeFile.path, LakeFile.hidden, LakeFile.schema_version)
+             .where(LakeFile.status.in_(statuses)))
         if partition is not None:
             q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
                         | LakeFile.job.is_(None))
-        out: dict[str, list[str]] = {}
+        out: dict[str, list[tuple[str, int]]] = {}
         with self.session() as s:
-            for table, path, hidden in s.execute(q.order_by(LakeFile.id)):
-                out.setdefault(table, []).append(hidden_path(path) if hidden and not final else path)
+            for table, path, hidden, version in s.execute(q.order_by(LakeFile.id)):
+                out.setdefault(table, []).append((hidden_path(path) if hidden and not final else path, version))
         return out
 
     def partition_file_counts(self, partitions: Iterable[tuple[str, int]] | None = None,
@@ -184,6 +195,22 @@ class LakeFiles:
                 cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
                 out += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
             return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))
+
+    def old_schema_partitions(self, partitions: Iterable[tuple[str, int]] | None = None
+                              ) -> list[tuple[str, str | None, int | None]]:
+        """(table, job, attempt) of every partition (of ``partitions`` only, when given) that holds a file
+        written with an older schema than frlake writes today."""
+        out = set()
+        with self.session() as s:
+            for table, version in SCHEMA_VERSIONS.items():
+                q = (select(LakeFile.table_name, LakeFile.job, LakeFile.attempt).distinct()
+                     .where(LakeFile.status.in_(VISIBLE), LakeFile.table_name == table,
+                            LakeFile.schema_version < version))
+                out.update(tuple(r) for r in s.execute(q))
+        if partitions is not None:
+            wanted = set(partitions)
+            out = {p for p in out if (p[1], p[2]) in wanted}
+        return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))
 
     # -- retired files ----------------------------------------------------------
     def expired_retired(self, before: datetime, limit: int = 10_000) -> list[Retired]:

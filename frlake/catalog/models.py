@@ -145,6 +145,8 @@ class LakeFile(Base):
     status: Mapped[str] = mapped_column(String(16))  # pending | publishing | committed
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     hidden: Mapped[bool] = mapped_column(Boolean, server_default=false())  # it has its hidden name too
+    # the version of its table's schema it was written with (frlake.schema.SCHEMA_VERSIONS; 0011)
+    schema_version: Mapped[int] = mapped_column(Integer, server_default="1")
 
 
 class RetiredFile(Base):

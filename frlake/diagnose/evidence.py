@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from frlake.schema import schema_variable
+from frlake.signatures import EMPTY_LIST, NO_LIST
+
 # Collectives whose members hold tensors of different sizes by design (torch's flight_recorder types.py and
 # torchcomms' op names): all-to-alls exchange unequal splits, the "_v" ops gather or scatter unequal parts.
 # Only their op type and dtypes are compared.
@@ -24,6 +27,9 @@ _GATHER = ("gather", "gather_single")
 # own. The fast-path single entries ("nccl:allreduce_coalesced", with sizes) are ordinary collectives.
 END_MARKER = "(op = 'coalesced' OR (op LIKE '%coalesced' AND len(coalesce(input_sizes, [])) = 0 " \
              "AND len(coalesce(output_sizes, [])) = 0))"
+_NO_TENSORS = f"IN ({NO_LIST}, {EMPTY_LIST})"  # the signature of a missing or empty list
+_END_MARKER_STORED = (f"(op = 'coalesced' OR (op LIKE '%coalesced' AND input_sizes_sig {_NO_TENSORS} "
+                      f"AND output_sizes_sig {_NO_TENSORS}))")
 
 
 def _shapes(column: str) -> str:
@@ -32,11 +38,12 @@ def _shapes(column: str) -> str:
     return f"{column}, list_transform({column}, lambda s: len(s))"
 
 
-# Which tensors every member of a collective must agree on.
-_SIZE_SIG = f"""CASE WHEN op IN {UNEVEN} THEN hash(op)
-                     WHEN op = 'scatter' THEN hash({_shapes('output_sizes')})
-                     WHEN op IN {_GATHER} THEN hash({_shapes('input_sizes')})
-                     ELSE hash({_shapes('input_sizes')}, {_shapes('output_sizes')}) END"""
+# Which tensors every member of a collective must agree on: each side's shapes by the signature an entry
+# stores (frlake.signatures; {i} and {o}), or by DuckDB's hash of its lists for the files written before.
+_SIZE_SIG_OF = f"""CASE WHEN op IN {UNEVEN} THEN hash(op) WHEN op = 'scatter' THEN hash({{o}})
+                        WHEN op IN {_GATHER} THEN hash({{i}}) ELSE hash({{i}}, {{o}}) END"""
+_SIZE_SIG = _SIZE_SIG_OF.format(i=_shapes("input_sizes"), o=_shapes("output_sizes"))
+_SIZE_SIG_STORED = _SIZE_SIG_OF.format(i="input_sizes_sig", o="output_sizes_sig")
 # Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
 _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
 # When several dumps claim one rank of an attempt (snapshots, a file rewritten in place, a copy), the
@@ -45,8 +52,10 @@ _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p
 # order of ingest, so the same dumps give the same diagnosis whatever order they arrived in.
 NEWEST_DUMP = ("s.snapshot_ns DESC NULLS LAST, d.last_time_created_ns DESC NULLS LAST, "
                "d.source_mtime_ns DESC NULLS LAST, d.sha256")
-_DTYPE_SIG = f"""CASE WHEN op = 'scatter' THEN hash(output_dtypes) WHEN op IN {_GATHER} THEN hash(input_dtypes)
-                     ELSE hash(input_dtypes, output_dtypes) END"""
+_DTYPE_SIG_OF = f"""CASE WHEN op = 'scatter' THEN hash({{o}}) WHEN op IN {_GATHER} THEN hash({{i}})
+                         ELSE hash({{i}}, {{o}}) END"""
+_DTYPE_SIG = _DTYPE_SIG_OF.format(i="input_dtypes", o="output_dtypes")
+_DTYPE_SIG_STORED = _DTYPE_SIG_OF.format(i="input_dtypes_sig", o="output_dtypes_sig")
 # torchcomms' hook passes no events, so its entries stay "scheduled"; its post hook retires an op once it is
 # done. In its dumps (the group's desc is the backend) a retired entry is a completed one.
 # (STATE_OF.format(e=alias): the state of the entries under that alias, for the trace too)
@@ -200,14 +209,18 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     split = _group_keys(con, params, rel, lists)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
+    # the stored signatures when every entries file read has them (reading the lists back cost half the pass)
+    signed = con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] or 1
+    marker, size_sig, dtype_sig = ((_END_MARKER_STORED, _SIZE_SIG_STORED, _DTYPE_SIG_STORED) if signed >= 2
+                                   else (END_MARKER, _SIZE_SIG, _DTYPE_SIG))
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.entries} AS
         SELECT en.rank, en.dump_id, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
                en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
                en.pg_id,
-               en.stack_id, en.p2p_src, en.p2p_dst, {END_MARKER} AS marker, hash(op) AS type_sig,
-               {_SIZE_SIG} AS size_sig, {_DTYPE_SIG} AS dtype_sig,
+               en.stack_id, en.p2p_src, en.p2p_dst, {marker} AS marker, hash(op) AS type_sig,
+               {size_sig} AS size_sig, {dtype_sig} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}
         FROM entries en {keys}
         WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')}

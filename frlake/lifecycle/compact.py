@@ -4,8 +4,10 @@ Each ingest batch adds a file per table per attempt it touched, and one to
 ``stacks``; a cron every ten minutes makes tens of thousands. Per table and
 (job, attempt) (``stacks``: the whole table), the files smaller than
 ``target_bytes`` are merged, in their order, into files of about that size,
-written in the table's current schema (frlake.schema; columns a newer
-frlake added are NULL in older files). Each partition switches in one
+written in the table's current schema (frlake.schema: the columns a newer
+frlake added are NULL in older files' rows, but for the entries' signatures,
+made from their lists). A partition with files of an older schema version
+has them rewritten in the current one, whatever their number and size. Each partition switches in one
 catalog transaction (frlake.publish); the replaced files are retired and
 deleted once the grace period is over.
 """
@@ -23,6 +25,7 @@ from frlake.catalog.store import Catalog
 from frlake.lake import Lake
 from frlake.lifecycle.rewrite import rewrite
 from frlake.publish import DEFAULT_GRACE_S, publish, recover, sweep
+from frlake.schema import schema_version
 
 log = logging.getLogger("frlake.compact")
 
@@ -65,11 +68,17 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
     with lake.write_lock(options.lock_timeout_s):
         recover(lake, catalog)
         plans = []
-        for table, job, attempt, _ in catalog.partition_file_counts(wanted, options.min_files):
-            small = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
-                     if f.bytes < options.target_bytes and (f.job, f.attempt) == (job, attempt)]
-            groups = [g for g in _groups(small, options.target_bytes) if len(g) >= 2]
-            if len(small) >= options.min_files and groups:
+        crowded = {(t, j, a) for t, j, a, _ in catalog.partition_file_counts(wanted, options.min_files)}
+        for table, job, attempt in sorted(crowded | set(catalog.old_schema_partitions(wanted)),
+                                          key=lambda r: (r[0], r[1] or "", r[2] or 0)):
+            files = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
+                     if (f.job, f.attempt) == (job, attempt)]
+            small = [f for f in files if f.bytes < options.target_bytes]
+            merge = len(small) >= options.min_files
+            # files of an older schema are rewritten in the current one whatever their number and size
+            groups = [g for g in _groups(small, options.target_bytes) if (merge and len(g) >= 2) or _old(g, table)]
+            groups += [[f] for f in files if f.bytes >= options.target_bytes and _old([f], table)]
+            if groups:
                 plans.append((table, job, attempt, groups))
         for table, job, attempt, groups in plans:
             summary.partitions += 1
@@ -96,6 +105,11 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
         log.info("compacted %d partitions: %d files into %d", summary.partitions, summary.files_before,
                  summary.files_after)
     return summary
+
+
+def _old(files: Sequence[CommittedFile], table: str) -> bool:
+    """Some of ``files`` has an older schema than frlake writes today (frlake.schema.SCHEMA_VERSIONS)."""
+    return any(f.schema_version < schema_version(table) for f in files)
 
 
 def _groups(files: Sequence[CommittedFile], target: int) -> list[list[CommittedFile]]:

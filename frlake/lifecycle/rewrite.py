@@ -14,19 +14,30 @@ from frlake import schema
 from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.lake import Lake, new_part_name
 from frlake.publish import Staged
+from frlake.signatures import SIGNED, signatures
 
 RowFilter = Callable[[pa.RecordBatch], pa.RecordBatch]
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` in the columns and order of ``target`` (NULL where it has none)."""
+    """``batch`` in the columns and order of ``target``: NULL where it has none, but the signatures of
+    ``entries`` (schema 2) made from the lists an older file holds."""
     if batch.schema.equals(target):
         return batch
     columns = []
     for f in target:
         i = batch.schema.get_field_index(f.name)
-        columns.append(batch.column(i).cast(f.type) if i >= 0 else pa.nulls(batch.num_rows, f.type))
+        if i >= 0:
+            columns.append(batch.column(i).cast(f.type))
+        elif f.name in _SIGNED_FROM and batch.schema.get_field_index(_SIGNED_FROM[f.name]) >= 0:
+            lists = _SIGNED_FROM[f.name]
+            columns.append(signatures(batch.column(lists).cast(target.field(lists).type)))
+        else:
+            columns.append(pa.nulls(batch.num_rows, f.type))
     return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+_SIGNED_FROM = {sig: lists for lists, sig in SIGNED}
 
 
 def batches(lake: Lake, files: Sequence[CommittedFile], target: pa.Schema,

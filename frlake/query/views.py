@@ -121,6 +121,34 @@ def with_timestamps(name: str, source: str) -> str:
     return f"SELECT *{extra} FROM {source}"
 
 
+def _parquet(name: str, table_schema: pa.Schema, partitioned: bool, files: list[str], versions: list[int]) -> str:
+    """The files of a table as one relation in its current columns: the files of each schema version read
+    together, the columns a version lacks given as NULL."""
+    options = f"hive_partitioning = {str(partitioned).lower()}"
+    if partitioned:
+        options += f", hive_types = {_HIVE_TYPES}"
+    if len(set(versions)) == 1 and not schema.columns_missing(name, versions[0]):
+        # Every file holds frlake.schema's columns, so no union_by_name: it would make DuckDB read every
+        # file's footer to build the view.
+        return f"read_parquet({_listing(files)}, {options})"
+    parts = []
+    for version in sorted(set(versions)):
+        listing = _listing([f for f, v in zip(files, versions, strict=True) if v == version])
+        missing = schema.columns_missing(name, version)
+        columns = [f"NULL::{_DUCKDB_TYPES[table_schema.field(c).type]} AS {c}" if c in missing else c
+                   for c in table_schema.names] + (_HIVE_COLUMNS if partitioned else [])
+        parts.append(f"SELECT {', '.join(columns)} FROM read_parquet({listing}, {options})")
+    return "(" + " UNION ALL ".join(parts) + ")"
+
+
+_DUCKDB_TYPES = {pa.int64(): "BIGINT"}
+_HIVE_COLUMNS = sorted(f.name for f in schema.PARTITION_FIELDS)  # where read_parquet puts them: in name order  # the types of the columns a schema version added
+
+
+def _listing(files: list[str]) -> str:
+    return "[" + ", ".join(_sql_str(f) for f in files) + "]"
+
+
 def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -142,11 +170,15 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         sources[name] = obj
         return name
 
-    committed = catalog.table_files(partition)
+    committed = catalog.table_file_versions(partition)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
-        files = [str(lake.root / p) for p in committed.get(name, ())]
+        versions = [v for _, v in committed.get(name, ())]
+        files = [str(lake.root / p) for p, _ in committed.get(name, ())]
+        if name in schema.SCHEMA_VERSIONS:  # the oldest schema of its files (a diagnosis reads the signatures
+            oldest = min(versions, default=schema.schema_version(name))  # only when every file has them)
+            con.execute(f"SET VARIABLE {schema.schema_variable(name)} = {oldest}")
         if files and sealed:
             # The same columns in the same order as read_parquet's view, which puts hive columns in name order.
             hive_fields = sorted(schema.PARTITION_FIELDS, key=lambda f: f.name) if partitioned else []
@@ -158,13 +190,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
                                  partition_base_dir=str(lake.tables / name))
             source = register(f"__lake_{name}", dataset)
         elif files:
-            listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
-            # Every file of a table is written with frlake.schema's columns, so no union_by_name:
-            # it would make DuckDB read every file's footer to build the view.
-            options = f"hive_partitioning = {str(partitioned).lower()}"
-            if partitioned:
-                options += f", hive_types = {_HIVE_TYPES}"
-            source = f"read_parquet({listing}, {options})"
+            source = _parquet(name, table_schema, partitioned, files, versions)
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source)}")
