@@ -29,13 +29,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import zstandard
 
 from frlake.errors import FrlakeError, LakeLocked
+
+if TYPE_CHECKING:  # imported where files are staged: a command that only reads the catalog needs neither
+    import pyarrow as pa
 
 TABLES_DIR = "tables"
 RAW_DIR = "raw"
@@ -169,6 +171,8 @@ class Lake:
 
     def stage_table(self, table: pa.Table) -> tuple[Path, int]:
         """Write a Parquet file under .staging; returns (staged path, bytes)."""
+        import pyarrow.parquet as pq
+
         staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
         staged.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, staged, row_group_size=ROW_GROUP_ROWS, **_writer_options(table.schema))
@@ -180,6 +184,9 @@ class Lake:
         row group at a time of at most ``ROW_GROUP_ROWS`` rows and about
         ``max_bytes`` (a compaction never holds a partition in memory);
         returns (staged path, rows, bytes)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         staged = self.staging / f"{uuid.uuid4().hex}.parquet.tmp"
         staged.parent.mkdir(parents=True, exist_ok=True)
         rows = 0

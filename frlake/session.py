@@ -23,14 +23,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.diagnose.model import Diagnosis
 from frlake.errors import FrlakeError
 from frlake.lake import Lake
+
+if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
+    import duckdb
 
 log = logging.getLogger("frlake")
 # DuckDB's memory for one diagnosis; beyond it, its temporary tables spill to disk. With Python and the
@@ -209,12 +211,18 @@ class Frlake:
 
     # -- diagnose ---------------------------------------------------------------
     def diagnose(self, job: str, attempt: int | None = None, *, store: bool = True,
-                 complete: bool | None = None) -> Diagnosis:
+                 complete: bool | None = None, reuse: bool = False) -> Diagnosis:
         """Diagnose one attempt of a job (default: its latest) and, with
         ``store``, keep the result in the catalog. ``store=False`` computes
         without writing anything (what a web page uses). ``complete=True``
-        says no more dumps of it will come (see :meth:`mark_complete`)."""
+        says no more dumps of it will come (see :meth:`mark_complete`).
+
+        ``reuse``: the stored diagnosis, read and not computed again, when it
+        is current (:meth:`current_diagnosis`), which is what computing it
+        again would give; else as without it."""
         attempt = self._attempt_number(job, attempt)
+        if reuse and (current := self.current_diagnosis(job, attempt, complete)) is not None:
+            return current
         if not store:
             return self._analyse(job, attempt, complete)[0]
         with self._summary_writer() as writer:
@@ -240,6 +248,23 @@ class Frlake:
         """Diagnose the attempts whose stored diagnosis is missing or older
         than their dumps."""
         return self._diagnose_all(self.catalog.pending_diagnoses())
+
+    def current_diagnosis(self, job: str, attempt: int, complete: bool | None = None) -> Diagnosis | None:
+        """The stored diagnosis of the attempt if it is current, else None. Current: made from the dumps the
+        attempt holds now (its diagnosis is not due: no dump came or went since), by this frlake's algorithm
+        (ALGORITHM_VERSION), and, when ``complete`` is given, with that mark. A diagnosis is a function of
+        exactly these (the same input gives the same answer), so it is what computing it again would give."""
+        from frlake.diagnose.model import ALGORITHM_VERSION
+
+        state = self.catalog.diagnosis_state(job, attempt)
+        if state is None or state[1]:
+            return None
+        stored = self.catalog.diagnosis(job, attempt)
+        if stored is None or stored.algorithm_version != ALGORITHM_VERSION:
+            return None
+        if complete is not None and stored.complete != complete:
+            return None
+        return stored
 
     def stored_diagnosis(self, job: str, attempt: int) -> Diagnosis:
         """The stored diagnosis, or one computed now and not stored (a read

@@ -144,8 +144,10 @@ def test_every_view_and_column_a_query_sees_has_its_meaning_in_schema_md(corpus_
 
 
 def test_query_help_lists_every_view():
+    from frlake.cli.query import VIEW_NAMES
     from frlake.server.schema_browser import view_names
 
+    assert [n for names in VIEW_NAMES.values() for n in names] == view_names()
     result = runner.invoke(app, ["query", "--help"], env={"COLUMNS": "200"})
     for name in view_names():
         assert name in result.output, name

@@ -95,3 +95,57 @@ def test_a_no_op_rescan_reads_nothing_in_proportion_to_the_lake(corpus_lake, cor
             event.remove(Engine, "before_cursor_execute", seen)
     assert summary.unchanged == 4 and summary.diagnosed == []
     assert not [t for t in texts if "incidents.report" in t], "a no-op run read the stored reports"
+
+
+def test_diagnose_shows_the_current_stored_diagnosis_and_fresh_computes_it_again(tmp_path, corpus):
+    """The stored report is altered behind frlake's back: ``frlake diagnose`` shows it (it is current: no
+    dump came or went since), ``--fresh`` computes the true one and stores it; a new dump, or another
+    algorithm version, makes the stored one stale."""
+    import json
+    import shutil
+
+    from sqlalchemy import update
+    from typer.testing import CliRunner
+
+    from frlake.catalog.models import IncidentRow
+    from frlake.cli.main import app
+    from frlake.config import Settings
+    from frlake.ingest import IngestOptions
+    from tests.helpers import ingest
+
+    job = "job-223715"  # a hang of 4 ranks: rank 3 left no dump
+    tree = tmp_path / "nfs"
+    shutil.copytree(corpus / job / "attempt-0", tree / job / "attempt-0")
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([tree], settings)
+
+    def tamper(**changes) -> None:
+        with Frlake(settings) as fl, fl.catalog.session(write=True) as s:
+            report = json.loads(s.scalar(IncidentRow.__table__.select().with_only_columns(IncidentRow.report)))
+            report.update(changes)
+            s.execute(update(IncidentRow).values(report=json.dumps(report)))
+
+    def cli(*args) -> dict:
+        result = CliRunner().invoke(app, ["--lake", str(settings.lake), "diagnose", job, "-f", "json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    true = cli()["summary"]
+    tamper(summary="altered")
+    assert cli()["summary"] == "altered", "the stored diagnosis is current: it is read, not computed"
+    assert cli("--fresh")["summary"] == true
+    assert cli()["summary"] == true, "--fresh stored what it computed"
+
+    tamper(summary="altered", algorithm_version=1)
+    assert cli()["summary"] == true, "made by another algorithm: computed again"
+
+    tamper(summary="altered")
+    with Frlake(settings) as fl:
+        assert fl.current_diagnosis(job, 0).summary == "altered"
+    rank0 = next((tree / job / "attempt-0").rglob("rank_0"))
+    shutil.copy(rank0, rank0.with_name("rank_0_1730000000"))  # a second dump of rank 0: a snapshot
+    ingest([tree], settings, IngestOptions(diagnose=False))
+    with Frlake(settings) as fl:
+        assert fl.catalog.diagnosis_state(job, 0)[1], "the attempt's dumps changed: its diagnosis is due"
+        assert fl.current_diagnosis(job, 0) is None
+    assert cli()["summary"] != "altered"

@@ -12,7 +12,6 @@ from sqlalchemy import delete, func, insert, or_, select, update
 
 from frlake.catalog.models import Dump, LakeFile, RetiredFile
 from frlake.lake import hidden_path
-from frlake.schema import SCHEMA_VERSIONS, schema_version
 
 _CHUNK = 500
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace
@@ -74,6 +73,8 @@ class LakeFiles:
     # -- publication ----------------------------------------------------------
     def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
         """Record Parquet files about to be moved into the lake (the intent)."""
+        from frlake.schema import schema_version
+
         now = _now()
         with self.session(write=True) as s:
             rows = [
@@ -200,6 +201,8 @@ class LakeFiles:
                               ) -> list[tuple[str, str | None, int | None]]:
         """(table, job, attempt) of every partition (of ``partitions`` only, when given) that holds a file
         written with an older schema than frlake writes today."""
+        from frlake.schema import SCHEMA_VERSIONS
+
         out = set()
         with self.session() as s:
             for table, version in SCHEMA_VERSIONS.items():

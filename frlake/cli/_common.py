@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -79,8 +80,21 @@ def parse_date(text: str):
 
 def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settings:
     """Command-level options win over the ones given before the command."""
+    _loaded()
     root = ctx.find_root().obj or {}
     return Settings.resolve(lake or root.get("lake"), db_url or root.get("db_url"))
+
+
+def _loaded() -> None:
+    """Where every command starts its work: with the cyclic garbage collector off since start-up
+    (frlake.cli.entry), load the session's modules (SQLAlchemy and the catalog), freeze what they made out
+    of the collector's reach and turn it on."""
+    if gc.isenabled():  # not started by frlake.cli.entry (a test's runner), or already done
+        return
+    import frlake.session  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
 
 
 def show_log(level: int) -> None:

@@ -22,14 +22,20 @@ def diagnose_command(
     complete: Annotated[bool, typer.Option(
         "--complete", help="No more dumps of this attempt will come: diagnose an attempt that is "
                            "waiting for more dumps with the ones there are (kept with its diagnosis).")] = False,
+    fresh: Annotated[bool, typer.Option(
+        "--fresh", help="Compute the diagnosis again, even when the one stored is current (made from the "
+                        "attempt's dumps as they are, by this frlake's algorithm), which it always equals.")] = False,
     fmt: FormatOpt = Format.table,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
-    """Say what went wrong in an attempt and who caused it, root cause first."""
+    """Say what went wrong in an attempt and who caused it, root cause first.
+
+    An ingest diagnoses the attempts it touched and stores the result: this
+    shows it when it is current, and computes (and stores) it otherwise."""
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         diag = session.mark_complete(job, session.diagnose(job, attempt, store=False).attempt) if complete \
-            else session.diagnose(job, attempt)
+            else session.diagnose(job, attempt, reuse=not fresh)
     if fmt in (Format.json, Format.ndjson):
         emit_json(diag.to_dict(), fmt)
     elif fmt is Format.csv:

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from frlake import schema
-
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
 
     from frlake.diagnose.evidence import Relations
 
@@ -90,6 +87,7 @@ def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> d
     """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
     in their schemas, from a connection on which the attempt was just
     diagnosed (its relations, ``rel``, frlake.diagnose.evidence.load)."""
+    from frlake import schema
     from frlake.diagnose.evidence import Relations
 
     rel = rel or Relations()
