@@ -166,3 +166,31 @@ def test_through_a_pipe(corpus_lake):
     as_csv = subprocess.run(base + ["query", "SELECT job, attempt FROM incidents ORDER BY ALL", "-f", "csv"],
                             capture_output=True, env=env, cwd=ROOT, timeout=120)
     assert b"\r\n" not in as_csv.stdout and as_csv.stdout.count(b"\n") == 31
+
+
+def test_the_command_loads_its_heavy_modules_only_when_a_command_needs_them():
+    """``frlake --help`` (and every command's parsing) loads neither DuckDB, pyarrow nor SQLAlchemy."""
+    code = ("import sys, frlake.cli.main; "
+            "print(sorted(m for m in ('duckdb', 'pyarrow', 'sqlalchemy') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+def test_the_frlake_entry_point_gives_the_same_answers(corpus_lake):
+    """``python -m frlake`` (the console script's entry, frlake.cli.entry) and the app itself agree, and its
+    garbage collector is back on for the command's work."""
+    base = ["--lake", str(corpus_lake.lake)]
+    via_entry = subprocess.run([sys.executable, "-m", "frlake", *base, "diagnose", "job-223715", "-f", "json",
+                                "--fresh"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert via_entry.returncode == 0, via_entry.stderr
+    direct = runner.invoke(app, [*base, "diagnose", "job-223715", "-f", "json", "--fresh"])
+    a, b = json.loads(via_entry.stdout), json.loads(direct.output)
+    a.pop("seconds"), b.pop("seconds")
+    assert a == b
+    code = ("import gc, sys; sys.argv = ['frlake', '--lake', sys.argv[1], 'files', '-f', 'csv']; "
+            "import frlake.cli._common as c; seen = []; real = c._loaded; "
+            "c._loaded = lambda: (real(), seen.append(gc.isenabled())); "
+            "import frlake.cli.entry as e\ntry: e.main()\nexcept SystemExit: pass\nprint(seen, file=sys.stderr)")
+    run = subprocess.run([sys.executable, "-c", code, str(corpus_lake.lake)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.stderr.strip().endswith("[True]"), run.stderr
