@@ -287,8 +287,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.instances} AS
         SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
-               min(type_sig) <> max(type_sig) OR min(size_sig) <> max(size_sig)
-                 OR min(dtype_sig) <> max(dtype_sig) AS differ,
+               -- the members' three signatures as one hash: two aggregates instead of six (16.4M calls)
+               min(hash(type_sig, size_sig, dtype_sig)) <> max(hash(type_sig, size_sig, dtype_sig)) AS differ,
                count(*) FILTER (WHERE state = 'completed') AS n_completed,
                count(*) FILTER (WHERE state = 'scheduled') AS n_scheduled
         FROM {rel.calls} GROUP BY pg_name, seq HAVING n > 1
@@ -372,6 +372,8 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]],
     """A dump without entries (onlyActive with nothing active, includeCollectives=False) still says, in its
     pg_status, the last collective it enqueued in each group (keyed by the rank-local pg id, which the
     other ranks' entries map to the group's name): it is a member that reached that sequence id."""
+    if not con.execute(f"SELECT count(*) FROM {rel.dumps} WHERE coalesce(n_entries, 0) = 0").fetchone()[0]:
+        return  # every dump read has entries (the name map reads every entry's group)
     rows = con.execute(
         f"""
         WITH names AS (SELECT DISTINCT pg_id, pg_name FROM entries

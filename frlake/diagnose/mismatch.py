@@ -252,7 +252,7 @@ _P2P = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT N
 _P2P_DISAGREE = f"""
     SELECT count(*) FROM (
       SELECT 1 FROM {{entries}} WHERE {_P2P} GROUP BY pg_name, p2p_seq, p2p_src, p2p_dst
-      HAVING min(size_sig) <> max(size_sig) OR min(dtype_sig) <> max(dtype_sig) LIMIT 1)
+      HAVING min(hash(size_sig, dtype_sig)) <> max(hash(size_sig, dtype_sig)) LIMIT 1)
 """
 _P2P_PAIRS = f"""
     WITH p AS (
