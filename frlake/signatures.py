@@ -9,7 +9,7 @@ once, at ingest (and by a rewrite of files written before they existed).
 The signature of a value is defined by the value alone, so it is the same in
 every run, on every machine, in every version of frlake: the first 63 bits of
 the BLAKE2b digest of its compact JSON (``[[1024,4096]]``, ``["Float"]``,
-``null`` for a missing list). Each distinct value of a column is hashed once;
+``null`` for a missing list). Each distinct value is hashed once per process;
 which entries hold it is found by Arrow on flat buffers, without a Python
 step per entry.
 """
@@ -42,26 +42,54 @@ def signatures(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     ``list<string>`` (dtypes) column, as int64."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    n = len(values)
-    if n == 0:
+    if len(values) == 0:
         return pa.array([], pa.int64())
-    code = _codes(values)  # numbered in the order the values first occur
-    # the first entry of each distinct value: where the highest number so far goes up
-    highest = pc.cumulative_max(code)
-    firsts = [0, *pc.add(pc.indices_nonzero(pc.not_equal(highest[1:], highest[:-1])), 1).to_pylist()]
-    return pa.array([value_signature(values[i].as_py()) for i in firsts], pa.int64()).take(code)
+    ids = _ids(values)
+    known = pc.unique(ids)
+    for i in known.to_pylist():
+        if i not in _signature_of:  # the first entry that holds it stands for it
+            _signature_of[i] = value_signature(values[pc.index(ids, i).as_py()].as_py())
+    sigs = pa.array([_signature_of[i] for i in known.to_pylist()], pa.int64())
+    return sigs.take(pc.index_in(ids, value_set=known))
 
 
-def _codes(values: pa.Array) -> pa.Array:
-    """A number per value (a missing one included), equal for equal values and only for them, numbered in
-    the order they first occur. A list is numbered by the bytes of its items' numbers: 8 bytes each, so
-    equal bytes are equal items."""
+def signatures_of(*columns: pa.Array) -> list[pa.Array]:
+    """:func:`signatures` of several columns of one type, in one pass (each pass has a cost of its own)."""
+    together = signatures(pa.concat_arrays(list(columns)))
+    starts = [0]
+    for c in columns:
+        starts.append(starts[-1] + len(c))
+    return [together.slice(a, b - a) for a, b in zip(starts, starts[1:])]
+
+
+# Every value this process has seen, by what identifies it (a tensor's dims as bytes, a string, or the ids of
+# a list's items as bytes), numbered in the order they came; and the signature of each number. A worker
+# reads many dumps of one job, which hold the same few shapes. Both are emptied when they are full.
+_id_of: dict[tuple, int] = {}
+_signature_of: dict[int, int] = {}
+_MAX_IDS = 1 << 16
+# An Arrow scalar, not a Python int: pyarrow converting a Python value looks for dateutil (and pandas) each
+# time, and where they are not installed each look is a failed import (0.02 ms).
+_EIGHT = pa.scalar(8, pa.int64())
+
+
+def _ids(values: pa.Array) -> pa.Array:
+    """The process-wide number of every value (a missing one included): equal for equal values, and only
+    for them. A list is identified by the bytes of its items' numbers (8 bytes each, so equal bytes are
+    equal items); a list of integers (a tensor's dims) by their own bytes."""
+    if len(_id_of) > _MAX_IDS:
+        _id_of.clear()
+        _signature_of.clear()
     values = pa.concat_arrays([values])  # offsets from 0, nulls from the first value (a slice's own copy)
-    if not pa.types.is_list(values.type):
-        return pc.dictionary_encode(values, null_encoding="encode").indices.cast(pa.int64())
-    items = values.values if pa.types.is_integer(values.type.value_type) else _codes(values.values)
-    items = pa.concat_arrays([items.cast(pa.int64())])
-    offsets = pc.multiply(values.offsets.cast(pa.int64()), 8)
-    keys = pa.Array.from_buffers(pa.large_binary(), len(values),
-                                 [values.buffers()[0], offsets.buffers()[1], items.buffers()[1]])
-    return pc.dictionary_encode(keys, null_encoding="encode").indices.cast(pa.int64())
+    if pa.types.is_list(values.type):
+        items = values.values if pa.types.is_integer(values.type.value_type) else _ids(values.values)
+        items = pa.concat_arrays([items.cast(pa.int64())])
+        offsets = pc.multiply(values.offsets.cast(pa.int64()), _EIGHT)
+        keys = pa.Array.from_buffers(pa.large_binary(), len(values),
+                                     [values.buffers()[0], offsets.buffers()[1], items.buffers()[1]])
+        kind = str(values.type)
+    else:
+        keys, kind = values, "item"
+    local = pc.dictionary_encode(keys, null_encoding="encode")
+    numbers = [_id_of.setdefault((kind, k), len(_id_of)) for k in local.dictionary.to_pylist()]
+    return pa.array(numbers, pa.int64()).take(local.indices)

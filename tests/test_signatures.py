@@ -134,3 +134,16 @@ def test_a_diagnosis_compares_the_stored_signatures(tmp_path):
                                             column), path)
         d = fl.diagnose("nccl", 0, store=False)
     assert d.verdict == "mismatch" and d.root.rank == 2 and d.root.reason == "size_mismatch"
+
+
+def test_the_process_wide_numbering_stays_right_when_it_is_emptied(monkeypatch):
+    """A worker numbers every value it has seen and keeps each number's signature; full, both are emptied."""
+    import frlake.signatures as signing
+
+    monkeypatch.setattr(signing, "_MAX_IDS", 3)
+    for k in range(20):
+        column = pa.array([[[k, 1]], [[k], [1]], None, [[k, 1]], [[2 * k]]], SHAPES)
+        names = pa.array([[f"d{k}"], [f"d{k}", "x"], None], DTYPES)
+        assert signatures(column).to_pylist() == [value_signature(v) for v in column.to_pylist()]
+        assert signatures(names).to_pylist() == [value_signature(v) for v in names.to_pylist()]
+    assert len(signing._id_of) <= 3 + 10
