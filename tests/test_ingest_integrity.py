@@ -228,3 +228,19 @@ def test_a_lake_made_again_at_the_same_path_in_one_process_gets_every_dump(tmp_p
     shutil.rmtree(tmp_path / "lake")
     again = ingest([src], settings, IngestOptions(workers=1))
     assert first.ingested > 0 and again.ingested == first.ingested and again.already_present == 0
+
+
+def test_workers_start_with_their_modules_loaded_and_frozen():
+    """The forkserver imports the worker's modules once (frlake.ingest.preload) and freezes them: a worker's
+    garbage collector never walks them."""
+    import gc
+    from concurrent.futures import ProcessPoolExecutor
+
+    from frlake.ingest.pool import pool_context
+
+    context = pool_context()
+    if context.get_start_method() != "forkserver":
+        pytest.skip("no forkserver on this platform")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        frozen = pool.submit(gc.get_freeze_count).result()
+    assert frozen > 10_000, frozen  # what importing the worker's modules made

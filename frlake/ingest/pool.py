@@ -9,7 +9,8 @@ from multiprocessing.context import BaseContext
 
 def pool_context() -> BaseContext:
     """Workers start from a forkserver that has imported the worker module
-    once: quick to start, and never a fork of this process, which may hold
+    once (frlake.ingest.preload, which freezes what it made out of the
+    garbage collector's reach): quick to start, and never a fork of this process, which may hold
     threads (a progress bar, a server, native libraries) and open database
     connections that a forked child must not inherit.
 
@@ -17,7 +18,7 @@ def pool_context() -> BaseContext:
     run while this process does other work."""
     if "forkserver" in get_all_start_methods():
         context = get_context("forkserver")
-        context.set_forkserver_preload(["frlake.ingest.worker"])
+        context.set_forkserver_preload(["frlake.ingest.preload"])
         forkserver.ensure_running()
         return context
     return get_context("spawn")
