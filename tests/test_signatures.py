@@ -103,11 +103,14 @@ def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_com
         assert con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] == 1
         n, with_sig = con.execute("SELECT count(*), count(input_sizes_sig) FROM entries").fetchone()
         assert n > 0 and with_sig == 0, "the old files' rows have no signatures"
+        sandboxed = fl.query("SELECT count(*) AS n, count(input_sizes_sig) AS signed FROM entries").rows
+        assert [tuple(r) for r in sandboxed] == [(n, 0)], "the SQL sandbox reads them alike"
     assert _diagnoses(settings) == signed, "the lists hashed at diagnosis time give the same diagnoses"
 
     with Frlake(settings) as fl:
+        old = len(fl.catalog.committed_files("entries"))
         summary = fl.compact(options=CompactOptions(retire_grace_s=0))
-        assert summary.partitions > 0
+        assert summary.partitions > 0 and summary.old_schema_files == old, (old, summary)
         assert {f.schema_version for f in fl.catalog.committed_files("entries")} == {2}
         con = fl.connect()
         assert con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] == 2

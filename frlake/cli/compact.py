@@ -69,4 +69,6 @@ def compact_command(
         return
     verb = "would merge" if dry_run else "merged"
     console.print(f"{verb} {summary.files_before} files of {summary.partitions} partitions"
-                  + ("" if dry_run else f" into {summary.files_after}") + f" in {summary.seconds:.2f} s")
+                  + ("" if dry_run else f" into {summary.files_after}")
+                  + (f" ({summary.old_schema_files} of an older schema, rewritten in the current one)"
+                     if summary.old_schema_files else "") + f" in {summary.seconds:.2f} s")

@@ -49,6 +49,7 @@ class CompactSummary:
     bytes_before: int = 0
     bytes_after: int = 0
     deleted: int = 0
+    old_schema_files: int = 0  # of files_before: written with an older schema, rewritten in the current one
     seconds: float = 0.0
     merged: list[dict] = field(default_factory=list)
 
@@ -84,6 +85,7 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
             summary.partitions += 1
             n = sum(len(g) for g in groups)
             summary.files_before += n
+            summary.old_schema_files += sum(_old([f], table) for g in groups for f in g)
             summary.bytes_before += sum(f.bytes for g in groups for f in g)
             summary.merged.append({"table": table, "job": job, "attempt": attempt, "files": n})
         if not options.dry_run and plans:
