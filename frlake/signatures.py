@@ -46,10 +46,13 @@ def signatures(values: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pa.array([], pa.int64())
     ids = _ids(values)
     known = pc.unique(ids)
-    for i in known.to_pylist():
-        if i not in _signature_of:  # the first entry that holds it stands for it
-            _signature_of[i] = value_signature(values[pc.index(ids, i).as_py()].as_py())
-    sigs = pa.array([_signature_of[i] for i in known.to_pylist()], pa.int64())
+    numbers = known.to_pylist()
+    new = [k for k, i in enumerate(numbers) if i not in _signature_of]
+    if new:  # the first entry that holds a value stands for it (found for all of them in one pass)
+        firsts = pc.index_in(known.take(pa.array(new, pa.int64())), value_set=ids).to_pylist()
+        for k, at in zip(new, firsts, strict=True):
+            _signature_of[numbers[k]] = value_signature(values[at].as_py())
+    sigs = pa.array([_signature_of[i] for i in numbers], pa.int64())
     return sigs.take(pc.index_in(ids, value_set=known))
 
 

@@ -150,3 +150,13 @@ def test_the_process_wide_numbering_stays_right_when_it_is_emptied(monkeypatch):
         assert signatures(column).to_pylist() == [value_signature(v) for v in column.to_pylist()]
         assert signatures(names).to_pylist() == [value_signature(v) for v in names.to_pylist()]
     assert len(signing._id_of) <= 3 + 10
+
+
+def test_each_new_value_is_signed_from_an_entry_that_holds_it(monkeypatch):
+    """With nothing numbered yet, each value's first entry stands for it, wherever it is."""
+    import frlake.signatures as signing
+
+    monkeypatch.setattr(signing, "_id_of", {})
+    monkeypatch.setattr(signing, "_signature_of", {})
+    column = pa.array([[[1]], [[1]], [[2]], [[2]], None, [[3]], [[2]]], SHAPES)
+    assert signatures(column).to_pylist() == [value_signature(v) for v in column.to_pylist()]
