@@ -203,7 +203,8 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence,
                string_agg(en.input_dtypes::VARCHAR, ' + ' ORDER BY en.entry_index)
         FROM who w JOIN {ev.rel.entries} e ON e.rank = w.rank AND e.pg_name = w.pg_name AND e.seq = w.seq
           AND NOT e.is_p2p AND NOT e.marker
-        JOIN entries en ON en.job = $job AND en.attempt = $attempt AND en.dump_id = e.dump_id
+        JOIN {ev.rel.dumps} d ON d.rank = e.rank  -- the dump read for the rank (the entries keep no dump id)
+        JOIN entries en ON en.job = $job AND en.attempt = $attempt AND en.dump_id = d.dump_id
           AND en.entry_index = e.entry_index
         GROUP BY w.for_pg, w.seq, w.rank, w.here, w.pg_desc, w.op, w.t, w.stack_id, w.type_sig, w.size_sig,
                  w.dtype_sig, w.pg_name
