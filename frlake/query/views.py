@@ -141,8 +141,8 @@ def _parquet(name: str, table_schema: pa.Schema, partitioned: bool, files: list[
     return "(" + " UNION ALL ".join(parts) + ")"
 
 
-_DUCKDB_TYPES = {pa.int64(): "BIGINT"}
-_HIVE_COLUMNS = sorted(f.name for f in schema.PARTITION_FIELDS)  # where read_parquet puts them: in name order  # the types of the columns a schema version added
+_DUCKDB_TYPES = {pa.int64(): "BIGINT"}  # the types of the columns a schema version added
+_HIVE_COLUMNS = sorted(f.name for f in schema.PARTITION_FIELDS)  # where read_parquet puts them: in name order
 
 
 def _listing(files: list[str]) -> str:
