@@ -79,8 +79,11 @@ def _as_schema_1(settings: Settings) -> None:
     """Make every entries file one that a frlake before signatures wrote: no signature columns, version 1."""
     with Frlake(settings) as fl:
         for f in fl.catalog.committed_files("entries"):
-            path = settings.lake / f.readable
-            pq.write_table(pq.read_table(path).drop_columns(SIGS), path)
+            old = pq.read_table(settings.lake / f.readable).drop_columns(SIGS)
+            for name in {f.readable, f.path}:  # frlake's views read the hidden name, outside engines the final one
+                if (settings.lake / name).exists():
+                    (settings.lake / name).unlink()  # the two names are links of one file
+                    pq.write_table(old, settings.lake / name)
         with fl.catalog.session(write=True) as s:
             s.execute(update(LakeFile).where(LakeFile.table_name == "entries").values(schema_version=1))
 

@@ -300,3 +300,20 @@ def test_spark_finds_the_slow_link_with_duckdbs_rows(spark, slow_link_lake):
         rows = run_report(spark, fl, "slow-links")
     assert rows[0]["host"] == "h3" and rows[0]["verdict"] == "slow_link" and len(rows) == 8
     assert [r["host"] for r in rows if r["verdict"] == "slow_link"] == ["h3"]
+
+
+def test_spark_reads_entries_files_from_before_the_signatures_with_null_signatures(spark, tmp_path, corpus):
+    """A lake with entries files of schema 1 (no signature columns): Spark, given frlake's schema, reads their
+    rows with the signatures NULL, as DuckDB's views do."""
+    from tests.test_signatures import _as_schema_1
+
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([corpus / "job-223715"], settings)
+    _as_schema_1(settings)
+    with Frlake(settings) as fl:
+        register_views(spark, fl, ["entries"])
+        row = spark.sql("SELECT count(*), count(input_sizes_sig), count(output_dtypes_sig) FROM entries").first()
+        duck = fl.connect().execute("SELECT count(*), count(input_sizes_sig), count(output_dtypes_sig) "
+                                    "FROM entries").fetchone()
+    assert tuple(row) == tuple(duck) and duck[0] > 0 and duck[1:] == (0, 0)
+
