@@ -29,6 +29,10 @@ class EntryField:
     raw: dict[str, frozenset[type]] = dataclass_field(default_factory=dict)
 
 
+# The lists an entry's signature columns sign (frlake.signatures): (list column, its signature column).
+SIGNED = (("input_sizes", "input_sizes_sig"), ("output_sizes", "output_sizes_sig"),
+          ("input_dtypes", "input_dtypes_sig"), ("output_dtypes", "output_dtypes_sig"))
+
 _INT, _NUM, _STR, _BOOL = frozenset({int}), frozenset({int, float}), frozenset({str}), frozenset({bool, int})
 _LIST, _PAIR = frozenset({list}), frozenset({tuple, list})
 
@@ -66,10 +70,7 @@ ENTRY_FIELDS: tuple[EntryField, ...] = (
     EntryField("output_sizes", _SIZES, {"output_sizes": _LIST}),
     EntryField("output_dtypes", _DTYPES, {"output_dtypes": _LIST}),
     # stable signatures of the four lists (frlake.signatures): what a diagnosis compares; since schema 2
-    EntryField("input_sizes_sig", pa.int64()),
-    EntryField("output_sizes_sig", pa.int64()),
-    EntryField("input_dtypes_sig", pa.int64()),
-    EntryField("output_dtypes_sig", pa.int64()),
+    *(EntryField(sig, pa.int64()) for _, sig in SIGNED),
     EntryField("thread_id", pa.string(), {"thread_id": _STR | _INT}),
     EntryField("thread_name", pa.string(), {"thread_name": _STR}),
     EntryField("stack_id", pa.int64(), {"frames": _LIST}),
@@ -236,7 +237,7 @@ WATCHDOG_LAGS = pa.schema(
 # views give the columns added since as NULL. A rewrite (compaction, forget) writes the current version.
 SCHEMA_VERSIONS = {"entries": 2}
 # The columns each version added.
-ADDED_COLUMNS = {"entries": {2: ("input_sizes_sig", "output_sizes_sig", "input_dtypes_sig", "output_dtypes_sig")}}
+ADDED_COLUMNS = {"entries": {2: tuple(sig for _, sig in SIGNED)}}
 
 
 def schema_version(table: str) -> int:

@@ -1,5 +1,6 @@
 """Stable signatures of an entry's tensor shapes and dtypes, stored beside
-them in ``entries`` (``input_sizes_sig`` and its three siblings).
+them in ``entries`` (``input_sizes_sig`` and its three siblings:
+frlake.schema.SIGNED).
 
 A diagnosis compares every member's shapes at every collective: at 16,384
 ranks that is 16M entries, and reading their nested lists back from Parquet
@@ -21,10 +22,6 @@ import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-# The signed columns: (list column, its signature column).
-SIGNED = (("input_sizes", "input_sizes_sig"), ("output_sizes", "output_sizes_sig"),
-          ("input_dtypes", "input_dtypes_sig"), ("output_dtypes", "output_dtypes_sig"))
 
 
 def value_signature(value: object) -> int:

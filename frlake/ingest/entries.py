@@ -18,7 +18,7 @@ from frlake import schema
 from frlake.errors import DumpRejected
 from frlake.ingest.checks import NONE, Budget, bounded_json, int64, ints_in_range, storable_text, wrong_type
 from frlake.ingest.limits import Limits
-from frlake.signatures import SIGNED, signatures_of
+from frlake.signatures import signatures_of
 
 # Every FR key an entry may hold, and the Python types its values may have
 # (besides None), from the one table of entry fields (frlake.schema).
@@ -129,7 +129,7 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
         arrays[name] = _shapes(arrays[name], name, budget, limits)
     for name in ("input_dtypes", "output_dtypes"):
         arrays[name] = _string_lists(arrays[name], name, budget, limits)
-    for pair in (SIGNED[:2], SIGNED[2:]):  # inputs and outputs together: shapes, then dtypes
+    for pair in (schema.SIGNED[:2], schema.SIGNED[2:]):  # inputs and outputs together: shapes, then dtypes
         for (_, sig), values in zip(pair, signatures_of(*(arrays[name] for name, _ in pair)), strict=True):
             arrays[sig] = values
     out: dict[str, pa.Array] = {}

@@ -14,7 +14,7 @@ from frlake import schema
 from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.lake import Lake, new_part_name
 from frlake.publish import Staged
-from frlake.signatures import SIGNED, signatures
+from frlake.signatures import signatures
 
 RowFilter = Callable[[pa.RecordBatch], pa.RecordBatch]
 
@@ -37,7 +37,7 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
-_SIGNED_FROM = {sig: lists for lists, sig in SIGNED}
+_SIGNED_FROM = {sig: lists for lists, sig in schema.SIGNED}
 
 
 def batches(lake: Lake, files: Sequence[CommittedFile], target: pa.Schema,
