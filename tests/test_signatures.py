@@ -111,6 +111,7 @@ def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_com
     assert _diagnoses(settings) == signed, "the lists hashed at diagnosis time give the same diagnoses"
 
     with Frlake(settings) as fl:
+        assert fl.catalog.old_schema_partitions([("nccl", 0)]) == [("entries", "nccl", 0)], "only the ones asked"
         old = len(fl.catalog.committed_files("entries"))
         summary = fl.compact(options=CompactOptions(retire_grace_s=0))
         assert summary.partitions > 0 and summary.old_schema_files == old, (old, summary)

@@ -23,6 +23,11 @@ def chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
         yield items[i : i + size]
 
 
+def partition_order(row: tuple) -> tuple:
+    """The order of (table, job, attempt, ...) rows: by table, job and attempt (``stacks``' None first)."""
+    return row[0], row[1] or "", row[2] or 0
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -185,17 +190,8 @@ class LakeFiles:
         q = (select(LakeFile.table_name, LakeFile.job, LakeFile.attempt, func.count(LakeFile.id))
              .where(LakeFile.status.in_(VISIBLE))
              .group_by(LakeFile.table_name, LakeFile.job, LakeFile.attempt)
-             .having(func.count(LakeFile.id) >= min_files)
-             .order_by(LakeFile.table_name, LakeFile.job, LakeFile.attempt))
-        wanted = None if partitions is None else set(partitions)
-        with self.session() as s:
-            if wanted is None:
-                return [tuple(r) for r in s.execute(q)]
-            out = []
-            for chunk in chunks(sorted(wanted, key=lambda p: (p[0] or "", p[1] or 0))):
-                cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
-                out += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
-            return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))
+             .having(func.count(LakeFile.id) >= min_files))
+        return self._of_partitions(q, partitions)
 
     def old_schema_partitions(self, partitions: Iterable[tuple[str, int]] | None = None
                               ) -> list[tuple[str, str | None, int | None]]:
@@ -203,17 +199,24 @@ class LakeFiles:
         written with an older schema than frlake writes today."""
         from frlake.schema import SCHEMA_VERSIONS
 
-        out = set()
+        older = or_(*[(LakeFile.table_name == t) & (LakeFile.schema_version < v) for t, v in SCHEMA_VERSIONS.items()])
+        q = (select(LakeFile.table_name, LakeFile.job, LakeFile.attempt).distinct()
+             .where(LakeFile.status.in_(VISIBLE), older))
+        return self._of_partitions(q, partitions)
+
+    def _of_partitions(self, q, partitions: Iterable[tuple[str, int]] | None) -> list[tuple]:
+        """The rows of ``q`` (table, job, attempt, ...), of ``partitions`` only when given (a WHERE of their
+        keys, a chunk at a time: an ingest asks about the attempts it touched, whatever the lake holds),
+        in partition order."""
         with self.session() as s:
-            for table, version in SCHEMA_VERSIONS.items():
-                q = (select(LakeFile.table_name, LakeFile.job, LakeFile.attempt).distinct()
-                     .where(LakeFile.status.in_(VISIBLE), LakeFile.table_name == table,
-                            LakeFile.schema_version < version))
-                out.update(tuple(r) for r in s.execute(q))
-        if partitions is not None:
-            wanted = set(partitions)
-            out = {p for p in out if (p[1], p[2]) in wanted}
-        return sorted(out, key=lambda r: (r[0], r[1] or "", r[2] or 0))
+            if partitions is None:
+                rows = [tuple(r) for r in s.execute(q)]
+            else:
+                rows = []
+                for chunk in chunks(sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))):
+                    cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
+                    rows += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
+        return sorted(rows, key=partition_order)
 
     # -- retired files ----------------------------------------------------------
     def expired_retired(self, before: datetime, limit: int = 10_000) -> list[Retired]:

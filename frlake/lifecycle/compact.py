@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from frlake.catalog.lakefiles import CommittedFile
+from frlake.catalog.lakefiles import CommittedFile, partition_order
 from frlake.catalog.store import Catalog
 from frlake.lake import Lake
 from frlake.lifecycle.rewrite import rewrite
@@ -70,8 +70,7 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
         recover(lake, catalog)
         plans = []
         crowded = {(t, j, a) for t, j, a, _ in catalog.partition_file_counts(wanted, options.min_files)}
-        for table, job, attempt in sorted(crowded | set(catalog.old_schema_partitions(wanted)),
-                                          key=lambda r: (r[0], r[1] or "", r[2] or 0)):
+        for table, job, attempt in sorted(crowded | set(catalog.old_schema_partitions(wanted)), key=partition_order):
             files = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
                      if (f.job, f.attempt) == (job, attempt)]
             small = [f for f in files if f.bytes < options.target_bytes]
