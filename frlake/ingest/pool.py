@@ -10,9 +10,10 @@ from multiprocessing.context import BaseContext
 def pool_context() -> BaseContext:
     """Workers start from a forkserver that has imported the worker module
     once (frlake.ingest.preload, which freezes what it made out of the
-    garbage collector's reach): quick to start, and never a fork of this process, which may hold
-    threads (a progress bar, a server, native libraries) and open database
-    connections that a forked child must not inherit.
+    garbage collector's reach): quick to start, and never a fork of this
+    process, which may hold threads (a progress bar, a server, native
+    libraries) and open database connections that a forked child must not
+    inherit.
 
     The forkserver is started at once (and only once), so that its imports
     run while this process does other work."""

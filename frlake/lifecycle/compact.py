@@ -7,9 +7,9 @@ Each ingest batch adds a file per table per attempt it touched, and one to
 written in the table's current schema (frlake.schema: the columns a newer
 frlake added are NULL in older files' rows, but for the entries' signatures,
 made from their lists). A partition with files of an older schema version
-has them rewritten in the current one, whatever their number and size. Each partition switches in one
-catalog transaction (frlake.publish); the replaced files are retired and
-deleted once the grace period is over.
+has them rewritten in the current one, whatever their number and size.
+Each partition switches in one catalog transaction (frlake.publish); the
+replaced files are retired and deleted once the grace period is over.
 """
 
 from __future__ import annotations
