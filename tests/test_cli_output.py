@@ -168,6 +168,22 @@ def test_through_a_pipe(corpus_lake):
     assert b"\r\n" not in as_csv.stdout and as_csv.stdout.count(b"\n") == 31
 
 
+@pytest.mark.parametrize("group", [[], ["db"]])
+def test_the_list_of_commands_gives_each_one_line_at_80_columns(group):
+    """The first screen a new user reads: each command and its summary on one line, none cut."""
+    result = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines_fit(result.output)
+    panel = result.output.split("Commands")[1].splitlines()[1:]
+    rows = [line.strip("│ ") for line in panel if line.startswith("│")]
+    names = [row.split()[0] for row in rows]
+    expected = (["upgrade", "downgrade", "current"] if group else
+                ["ingest", "query", "files", "diagnose", "rediagnose", "entries", "report", "forget", "compact",
+                 "trace", "serve", "db"])
+    assert names == expected, rows  # a summary that wrapped would start a row of its own
+    assert all(len(row.split(maxsplit=1)) == 2 for row in rows), rows
+
+
 def test_the_command_loads_its_heavy_modules_only_when_a_command_needs_them():
     """``frlake --help`` (and every command's parsing) loads neither DuckDB, pyarrow nor SQLAlchemy."""
     code = ("import sys, frlake.cli.main; "

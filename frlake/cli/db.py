@@ -8,7 +8,7 @@ import typer
 
 from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
 
-app = typer.Typer(help="Catalog database schema (Alembic migrations shipped with frlake).", no_args_is_help=True)
+app = typer.Typer(help="The catalog's database schema: its Alembic migrations.", no_args_is_help=True)
 
 
 @app.command("upgrade")
@@ -27,7 +27,7 @@ def upgrade(
         console.print(f"catalog at revision {db.current_revision(engine)}")
 
 
-@app.command("downgrade")
+@app.command("downgrade", short_help="Revert the migrations down to REVISION (asks before losing data).")
 def downgrade(
     ctx: typer.Context,
     revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")],

@@ -56,17 +56,17 @@ def main_options(
         show_log(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
-app.command("ingest")(ingest_command)
-app.command("query", help=query_help())(query_command)
-app.command("files")(files_command)
-app.command("diagnose")(diagnose_command)
-app.command("rediagnose")(rediagnose_command)
-app.command("entries")(entries_command)
-app.command("report")(report_command)
-app.command("forget")(forget_command)
-app.command("compact")(compact_command)
-app.command("trace")(trace_command)
-app.command("serve")(serve_command)
+app.command("ingest", short_help="Ingest dump files, folders and archives; safe to re-run.")(ingest_command)
+app.command("query", help=query_help(), short_help="Run one read-only SQL query over the lake's views.")(query_command)
+app.command("files", short_help="List the files seen: ingested, duplicate or rejected, and why.")(files_command)
+app.command("diagnose", short_help="Say what went wrong in an attempt and who caused it.")(diagnose_command)
+app.command("rediagnose", short_help="Diagnose every attempt again (after frlake's algorithm changed).")(rediagnose_command)
+app.command("entries", short_help="One attempt's collectives with its ranks side by side.")(entries_command)
+app.command("report", short_help="Fleet questions over all history: drain, flaky hosts, hangs...")(report_command)
+app.command("forget", short_help="Forget dumps: their rows, diagnoses and original bytes.")(forget_command)
+app.command("compact", short_help="Merge each partition's small Parquet files into few large ones.")(compact_command)
+app.command("trace", short_help="Write a window of an attempt as Chrome/Perfetto trace JSON.")(trace_command)
+app.command("serve", short_help="Serve the web UI and the JSON API.")(serve_command)
 app.add_typer(db.app, name="db")
 
 
