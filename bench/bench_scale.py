@@ -1,7 +1,7 @@
 """Scale benchmark: one attempt of 1,024 to 16,384 ranks on one machine.
 
     python bench/bench_scale.py [--sizes 1024 4096 8192 16384] [--entries 1000] [--culprit-frac 0.7324]
-                                [--torch-max 1024] [--small 128] [--workdir DIR]
+                                [--torch-max 1024] [--small 128] [--workdir DIR] [--results scale.json]
 
 For each size: a synthetic NCCL job (bench/synth.py, ``missing_last``, the
 culprit at a high rank: 12,000 of 16,384, the same fraction elsewhere), then
@@ -18,7 +18,8 @@ instant):
 ``frlake diagnose --fresh`` computes the diagnosis (the one the ingest stored
 is current). Then a small job (``--small`` ranks): ``frlake diagnose`` wall
 time computing it (``--fresh``) and showing the stored one, and the
-in-process ``Frlake.diagnose`` time. Writes bench/results/scale.json.
+in-process ``Frlake.diagnose`` time. Writes bench/results/scale.json (or
+``--results``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ def main() -> None:
     ap.add_argument("--torch-max", type=int, default=1024)
     ap.add_argument("--small", type=int, default=128)
     ap.add_argument("--workdir", default="/tmp/frlake-bench-scale")
+    ap.add_argument("--results", default="scale.json", help="file name under bench/results")
     args = ap.parse_args()
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
@@ -151,7 +153,7 @@ def main() -> None:
         r = one_size(work, world, args.entries, culprit, world <= args.torch_max)
         results["runs"].append(r)
         print(json.dumps(r), flush=True)
-        (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+        (out / args.results).write_text(json.dumps(results, indent=2) + "\n")
     runs = results["runs"]
     if len(runs) > 1:
         a, b = runs[0], runs[-1]
@@ -159,7 +161,7 @@ def main() -> None:
                              "ingest_cpu_s": round(b["ingest_cpu_s"] / a["ingest_cpu_s"], 2),
                              "diagnose_s": round(b["diagnose_s"] / a["diagnose_s"], 2),
                              "diagnose_cpu_s": round(b["diagnose_cpu_s"] / a["diagnose_cpu_s"], 2)}
-    (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / args.results).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results.get("growth")))
     shutil.rmtree(work, ignore_errors=True)
 
