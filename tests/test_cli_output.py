@@ -168,6 +168,24 @@ def test_through_a_pipe(corpus_lake):
     assert b"\r\n" not in as_csv.stdout and as_csv.stdout.count(b"\n") == 31
 
 
+def test_ingest_lists_the_attempts_it_diagnosed_with_their_root_causes(tmp_path):
+    """After the counts, each attempt the run diagnosed: verdict and root cause, in a table of 80 columns."""
+    result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(ROOT / "samples" / "fr")],
+                           env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines_fit(result.output)
+    first, counts, listed = result.output.splitlines()[:3]
+    assert first.startswith("ingested 32 dumps (445 entries) in ") and counts.strip() == (
+        "already present 0, unchanged 0, rejected 0")
+    assert listed == "diagnosed 5 attempts:"
+    rows = {tuple(c.strip() for c in line.strip("│").split("│")) for line in result.output.splitlines()
+            if line.startswith("│ job-")}
+    assert ("job-223715", "0", "hang", "rank 1 on gpu-b03") in rows  # tests/test_diagnose.py checks the truth
+    assert ("job-e79e4a", "0", "healthy", "") in rows and len(rows) == 5
+    again = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(ROOT / "samples" / "fr")])
+    assert "diagnosed" not in again.output  # nothing new, nothing diagnosed
+
+
 @pytest.mark.parametrize("group", [[], ["db"]])
 def test_the_list_of_commands_gives_each_one_line_at_80_columns(group):
     """The first screen a new user reads: each command and its summary on one line, none cut."""

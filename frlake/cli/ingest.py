@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -87,7 +88,7 @@ def ingest_command(
         else:
             with Progress(SpinnerColumn(), TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("files, {task.fields[mb]:.1f} MB read"), TimeElapsedColumn(),
-                          console=console, transient=True) as bar:
+                          console=console, transient=True, disable=not console.is_terminal) as bar:
                 task = bar.add_task("ingest", total=None, mb=0.0)
                 summary = session.ingest(paths, options,
                                          lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
@@ -118,11 +119,10 @@ def ingest_command(
 
 
 def _print_summary(summary) -> None:
-    console.print(
-        f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries), "
-        f"already present {summary.already_present}, unchanged {summary.unchanged}, "
-        f"rejected [bold]{summary.rejected}[/] in {summary.seconds:.2f} s (run {summary.run_id})"
-    )
+    console.print(f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries) in "
+                  f"{summary.seconds:.2f} s (run {summary.run_id})", highlight=False)
+    console.print(f"  already present {summary.already_present}, unchanged {summary.unchanged}, "
+                  f"rejected [bold]{summary.rejected}[/]", highlight=False)
     if summary.skipped_rejected:
         console.print(f"  {summary.skipped_rejected} files rejected before were skipped unread (unchanged, and "
                       "nothing this run would judge differently); retry them with --retry-rejected")
@@ -131,3 +131,20 @@ def _print_summary(summary) -> None:
                       "options or --force ingest them again")
     if summary.compacted:
         console.print(f"  compacted {summary.compacted} small Parquet files")
+    if summary.diagnosed:
+        _print_diagnosed(summary.diagnosed)
+
+
+def _print_diagnosed(diagnosed: list[dict]) -> None:
+    """The attempts this run diagnosed, each with its verdict and root cause, root causes first."""
+    from frlake.cli._table import render
+
+    rows = []
+    for d in diagnosed:
+        roots = [c for c in d["culprits"] if c.get("role") == "root"]
+        cause = ", ".join(f"rank {c['rank']} on {c['host'] or '?'}" for c in roots[:2])
+        rows.append([d["job"], d["attempt"], d["verdict"], cause + (f" and {len(roots) - 2} more" if len(roots) > 2 else "")])
+    rows.sort(key=lambda r: (r[2] == "healthy", r[0], r[1]))
+    console.print(f"diagnosed {len(rows)} attempt{'s' if len(rows) != 1 else ''}:", highlight=False)
+    sys.stdout.write(render(["job", "attempt", "verdict", "root cause"], rows, max_rows=20))
+    console.print("  the evidence of each: frlake diagnose JOB --attempt N", highlight=False)
