@@ -93,6 +93,18 @@ def test_diagnose_names_the_ranks_that_wait_and_their_hosts(corpus_lake):
     assert "Also involved" in result.stdout and "victim: waits for rank" in waiting
 
 
+def test_waiting_ranks_read_as_runs_per_host_at_any_scale():
+    """16,383 waiters on 2,048 hosts (the first 64 named) read as a few runs, not 64 numbers."""
+    from frlake.diagnose.words import ranks_on_hosts, waiting_text
+
+    culprit = {"waiters": 16383, "waited_by": [{"rank": r, "host": f"node-{r // 8:04d}"} for r in range(64)]}
+    assert waiting_text(culprit) == ("ranks 0-7 on node-0000; ranks 8-15 on node-0001; ranks 16-23 on node-0002; "
+                                     "ranks 24-31 on node-0003; ranks 32-39 on node-0004; ranks 40-47 on node-0005 "
+                                     "... (16383 in all, with those who wait for them)")
+    assert ranks_on_hosts([{"rank": r, "host": "a"} for r in (9, 0, 1, 3, 4, 5)] + [{"rank": 2, "host": None}]) == (
+        "ranks 0, 1, 3-5, 9 on a; rank 2 on an unknown host")
+
+
 def test_csv_has_lf_line_ends_json_for_nested_values_and_a_header_without_rows(corpus_lake):
     out = run(corpus_lake, "query", "SELECT [1, 2] AS xs, {'a': 1} AS s, 'x,y' AS t", "-f", "csv").stdout_bytes
     assert b"\r" not in out

@@ -6,15 +6,30 @@ from __future__ import annotations
 from frlake.diagnose.model import WAIT_LIST
 
 
-def ranks_on_hosts(ranks: list[dict] | None) -> str:
-    """[{"rank", "host"}] as "ranks 0, 2 on gpu-a01; rank 3 on an unknown host"."""
+def ranks_on_hosts(ranks: list[dict] | None, most_hosts: int = 6) -> str:
+    """[{"rank", "host"}] as "ranks 0-7 on gpu-a01; rank 9 on an unknown host":
+    each host's ranks in runs, at most ``most_hosts`` hosts (then "...")."""
     if not ranks:
         return ""
     by_host: dict[str, list[int]] = {}
     for r in ranks:
         by_host.setdefault(r.get("host") or "an unknown host", []).append(r["rank"])
-    parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} on {h}" for h, rs in by_host.items()]
-    return "; ".join(parts) + (" ..." if len(ranks) >= WAIT_LIST else "")
+    parts = [f"rank{'s' if len(rs) > 1 else ''} {_runs(rs)} on {h}" for h, rs in list(by_host.items())[:most_hosts]]
+    more = len(by_host) > most_hosts or len(ranks) >= WAIT_LIST
+    return "; ".join(parts) + (" ..." if more else "")
+
+
+def _runs(ranks: list[int]) -> str:
+    """Sorted ranks with each run of three or more consecutive ones as "first-last": 0-7, 9, 12."""
+    out: list[str] = []
+    ranks = sorted(set(ranks))
+    start = 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
+            run = ranks[start:i]
+            out += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else list(map(str, run))
+            start = i
+    return ", ".join(out)
 
 
 def waiting_text(c: dict) -> str:
