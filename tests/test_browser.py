@@ -316,6 +316,53 @@ def test_the_attempt_page_explains_the_incident(server, page):
     _shot(page, "attempt-straggler")
 
 
+@pytest.fixture(scope="module")
+def big_server(tmp_path_factory):
+    """A synthetic NCCL job of 1,024 ranks whose culprit is rank 1,000: its dp group of 128 ranks is a dense
+    arrivals chart."""
+    from frlake.ingest import IngestOptions
+    from tests.helpers import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from synth import write_job
+
+    work = tmp_path_factory.mktemp("browser-big")
+    write_job(work / "nfs", 1024, 20, job="big", fault="missing_last", culprit=1000)
+    assert ingest([work / "nfs"], Settings.resolve(work / "lake"), IngestOptions(workers=2)).ingested == 1024
+    url, proc = _serve(work / "lake", "--token", TOKEN)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_a_dense_arrivals_chart_shrinks_its_points_and_names_the_culprits_row(big_server, page):
+    page.goto(big_server + "/jobs/big/attempts/0")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    chart = page.evaluate("""() => {
+        const c = Chart.getChart(document.getElementById('arrivals')), labels = c.scales.y.getLabels();
+        const at = labels.indexOf('1000'), ratio = c.currentDevicePixelRatio;
+        const ctx = c.canvas.getContext('2d');
+        const shade = (row, x0, x1) => {  // the reddest pixel beside a row, between x0 and x1
+            const y = c.scales.y.getPixelForValue(row);
+            const img = ctx.getImageData(x0 * ratio, (y - 10) * ratio, (x1 - x0) * ratio, 20 * ratio).data;
+            let best = 0;
+            for (let i = 0; i < img.length; i += 4) best = Math.max(best, img[i] - (img[i + 1] + img[i + 2]) / 2);
+            return best;
+        };
+        const area = c.chartArea;
+        return {rows: labels.length, at: at, culprits: c.options.plugins.culpritRows.culprits.map(x => x.rank),
+                radius: c.getDatasetMeta(0).data.length ? c.getDatasetMeta(0).data[0].options.radius
+                                                        : c.getDatasetMeta(1).data[0].options.radius,
+                margin: c.width - area.right, name: shade(at, area.right + 4, c.width - 2),
+                elsewhere: shade(at < 40 ? at + 30 : at - 30, area.right + 4, c.width - 2)};
+    }""")
+    assert chart["rows"] == 128 and chart["at"] >= 0 and 1000 in chart["culprits"]
+    assert chart["radius"] < 6  # points shrink to their cells: 6 px points on 7 px rows would hide each other
+    assert chart["margin"] > 80 and chart["name"] > 100  # "rank 1000, root cause" in red, beside its row
+    assert chart["elsewhere"] < 30  # and nothing red beside a row thirty ranks away
+    _shot(page, "attempt-1024-ranks")
+
+
 def test_the_attempt_page_picks_a_window_of_sequence_ids(server, page):
     page.goto(server + "/jobs/job-f70c5d/attempts/0")
     page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")

@@ -110,12 +110,22 @@ const LATENESS = [
   {label: "≥ 1 s", max: Infinity, colour: "#b71c1c"},
 ];
 
+/* The half-size of one rank x collective cell of a category scatter: points shrink to fit a dense grid. */
+function cellRadius(chart, most) {
+  const {chartArea} = chart;
+  if (!chartArea) return most;
+  const dx = chartArea.width / Math.max(1, chart.scales.x.getLabels().length);
+  const dy = chartArea.height / Math.max(1, chart.scales.y.getLabels().length);
+  return Math.max(1.5, Math.min(most, Math.min(dx, dy) / 2 - 0.5));
+}
+
 const pointValues = {  // draws each point's value beside it when there is room: no hover needed
   id: "pointValues",
   afterDatasetsDraw(chart) {
     const {ctx, chartArea} = chart;
-    const xs = chart.scales.x, ys = chart.scales.y;
-    const dx = chartArea.width / Math.max(1, xs.ticks.length), dy = chartArea.height / Math.max(1, ys.ticks.length);
+    // the room of one category (not of one tick: a dense axis shows a tick for only some of its labels)
+    const dx = chartArea.width / Math.max(1, chart.scales.x.getLabels().length);
+    const dy = chartArea.height / Math.max(1, chart.scales.y.getLabels().length);
     if (dx < 24 || dy < 11) return;
     ctx.save();
     ctx.font = "10px system-ui, sans-serif";
@@ -133,6 +143,41 @@ const pointValues = {  // draws each point's value beside it when there is room:
   },
 };
 
+const culpritRows = {  // a band along each culprit's row, named in the right margin: found among hundreds of ranks
+  id: "culpritRows",
+  beforeDatasetsDraw(chart, args, options) {
+    const {ctx, chartArea} = chart, ys = chart.scales.y;
+    const labels = ys.getLabels();
+    const band = Math.min(24, Math.max(chartArea.height / Math.max(1, labels.length), 6));
+    ctx.save();
+    (options.culprits || []).forEach(c => {
+      const at = labels.indexOf(String(c.rank));
+      if (at < 0) return;
+      ctx.fillStyle = c.role === "root" ? "rgba(198, 40, 40, 0.16)" : "rgba(106, 27, 154, 0.10)";
+      ctx.fillRect(chartArea.left, ys.getPixelForValue(at) - band / 2, chartArea.width, band);
+    });
+    ctx.restore();
+  },
+  afterDatasetsDraw(chart, args, options) {
+    const {ctx, chartArea} = chart, ys = chart.scales.y;
+    const labels = ys.getLabels();
+    ctx.save();
+    ctx.font = "bold 11px system-ui, sans-serif";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "middle";
+    (options.culprits || []).forEach(c => {
+      const at = labels.indexOf(String(c.rank));
+      if (at < 0) return;
+      ctx.fillStyle = c.role === "root" ? "#b71c1c" : "#4a148c";
+      ctx.fillText(`◀ rank ${c.rank}`, chartArea.right + 6, ys.getPixelForValue(at) - 7);
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.fillText(c.role === "root" ? "root cause" : c.role, chartArea.right + 6, ys.getPixelForValue(at) + 7);
+      ctx.font = "bold 11px system-ui, sans-serif";
+    });
+    ctx.restore();
+  },
+};
+
 function msText(late) { return late < 10 ? late.toFixed(1) : Math.round(late).toString(); }
 
 function drawArrivals(canvas, data) {
@@ -143,7 +188,9 @@ function drawArrivals(canvas, data) {
   // a row per rank: the height follows the group's size (2 ranks or 64)
   canvas.closest(".chart-box").style.height = Math.max(240, Math.min(1000, 130 + 38 * data.ranks.length)) + "px";
   const ranks = data.ranks.map(String), seqs = data.seqs.map(String);
-  const buckets = LATENESS.map(b => ({label: b.label, data: [], pointRadius: 6, pointHoverRadius: 8,
+  const radius = most => ctx => cellRadius(ctx.chart, most);
+  const shownCulprits = (data.culprits || []).filter(c => data.ranks.includes(c.rank));
+  const buckets = LATENESS.map(b => ({label: b.label, data: [], pointRadius: radius(6), pointHoverRadius: radius(8),
                                       backgroundColor: b.colour, borderColor: b.colour}));
   const missing = [], unknown = [];
   const noDump = new Set(data.no_dump || []);
@@ -156,18 +203,21 @@ function drawArrivals(canvas, data) {
     buckets[b].data.push(Object.assign(point, {late: late, text: msText(late)}));
   }));
   const datasets = buckets;  // every step of the scale in the legend, even those no point falls in
+  // crosses stay large on a dense grid: what never arrived is what the chart is for
   datasets.push({label: "never arrived", data: missing, pointStyle: "crossRot", pointRadius: 9,
                  borderColor: "#4a148c", backgroundColor: "#4a148c", borderWidth: 3});
-  if (unknown.length) datasets.push({label: "left no dump (unknown)", data: unknown, pointStyle: "rectRot", pointRadius: 6,
+  if (unknown.length) datasets.push({label: "left no dump (unknown)", data: unknown, pointStyle: "rectRot", pointRadius: radius(6),
                                      borderColor: "#9e9e9e", backgroundColor: "#eeeeee", borderWidth: 2});
   new Chart(canvas, {
     type: "scatter",
     data: {datasets: datasets},
-    plugins: [pointValues],
+    plugins: [culpritRows, pointValues],
     options: {
       animation: false, maintainAspectRatio: false,
-      layout: {padding: {top: 12}},
+      // room on the right for the culprits' names, beside their rows
+      layout: {padding: {top: 12, right: shownCulprits.length ? 90 : 0}},
       plugins: {
+        culpritRows: {culprits: shownCulprits},
         title: {display: true, text: `process group ${data.pg} (${data.pg_desc || ""}): ms after the first member, per rank and collective`},
         legend: {position: "top"},
         tooltip: {callbacks: {label: c => `rank ${c.raw.y}, seq ${c.raw.x}: ` + (c.raw.unknown ? "left no dump: unknown"
