@@ -136,14 +136,15 @@ def _print_summary(summary) -> None:
 
 
 def _print_diagnosed(diagnosed: list[dict]) -> None:
-    """The attempts this run diagnosed, each with its verdict and root cause, root causes first."""
+    """The attempts this run diagnosed, each with its verdict and root cause (the summary lists an attempt's
+    first culprits only: a third root cause is "and more"), the unhealthy ones first."""
     from frlake.cli._table import render
 
     rows = []
     for d in diagnosed:
         roots = [c for c in d["culprits"] if c.get("role") == "root"]
         cause = ", ".join(f"rank {c['rank']} on {c['host'] or '?'}" for c in roots[:2])
-        rows.append([d["job"], d["attempt"], d["verdict"], cause + (f" and {len(roots) - 2} more" if len(roots) > 2 else "")])
+        rows.append([d["job"], d["attempt"], d["verdict"], cause + (" and more" if len(roots) > 2 else "")])
     rows.sort(key=lambda r: (r[2] == "healthy", r[0], r[1]))
     console.print(f"diagnosed {len(rows)} attempt{'s' if len(rows) != 1 else ''}:", highlight=False)
     sys.stdout.write(render(["job", "attempt", "verdict", "root cause"], rows, max_rows=20))
