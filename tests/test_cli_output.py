@@ -93,6 +93,22 @@ def test_diagnose_names_the_ranks_that_wait_and_their_hosts(corpus_lake):
     assert "Also involved" in result.stdout and "victim: waits for rank" in waiting
 
 
+def test_names_that_look_like_markup_are_printed_as_they_are(tmp_path):
+    """Job names, hosts and paths are the user's text: rich must not read "[bold]" in them as a style, nor
+    stop at a "[/]" that closes nothing."""
+    job, host = "[bold]j[/]x", "gpu[/]"
+    base = ["--lake", str(tmp_path / "lake")]
+    ingested = runner.invoke(app, [*base, "ingest", str(ROOT / "samples" / "fr" / "job-223715"), "--job", job,
+                                   "--host", host], env={"COLUMNS": "200"})
+    assert ingested.exit_code == 0, ingested.output
+    assert f"│ {job} │" in ingested.output and f"on {host}" in ingested.output
+    shown = runner.invoke(app, [*base, "diagnose", job], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert f"{job} attempt 0" in shown.output and f"Root cause: rank 1 on {host} (missing)" in shown.output
+    missing = runner.invoke(app, [*base, "diagnose", "[red]nope[/]"], env={"COLUMNS": "200"})
+    assert missing.exit_code == 1 and "[red]nope[/]" in missing.output
+
+
 def test_waiting_ranks_read_as_runs_per_host_at_any_scale():
     """16,383 waiters on 2,048 hosts (the first 64 named) read as a few runs, not 64 numbers."""
     from frlake.diagnose.words import ranks_on_hosts, waiting_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.panel import Panel
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
@@ -73,7 +74,7 @@ def render_report(diag: Diagnosis) -> None:
     from frlake.cli._table import render
 
     style = diag.verdict.style
-    console.print(Panel(diag.summary, title=f"[bold {style}]{diag.verdict.value.upper()}[/]  {diag.job} attempt {diag.attempt}",
+    console.print(Panel(escape(diag.summary), title=f"[bold {style}]{diag.verdict.value.upper()}[/]  {escape(diag.job)} attempt {diag.attempt}",
                         expand=False))
     console.print(f"{len(diag.ranks_dumped)} of {diag.world_size} ranks dumped"
                   + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""),
@@ -86,7 +87,7 @@ def render_report(diag: Diagnosis) -> None:
     if root is None:
         return
     title = "Suspect (the data cannot tell which member changed)" if root.role == "suspect" else "Root cause"
-    console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{root.host or 'an unknown host'}[/] ({root.reason})",
+    console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/] ({root.reason})",
                   highlight=False)
     if root.pg is not None:
         _detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
@@ -99,14 +100,14 @@ def render_report(diag: Diagnosis) -> None:
                       + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
                          if root.p_value is not None else ""))
     if root.evidence:
-        console.print(f"  [yellow]weaker evidence ({root.evidence.replace('_', ' ')})[/]: {root.detail}", highlight=False)
+        console.print(f"  [yellow]weaker evidence ({root.evidence.replace('_', ' ')})[/]: {escape(str(root.detail))}", highlight=False)
     if root.stack:
         console.print("  FR stack, its last collective (innermost first):")
         _print_frames(root.stack)
     if root.live_stack:
         live = root.live_stack
         console.print(f"  live stack from the debug server ({live.get('source')}, thread {live.get('thread')}, "
-                      f"{format_ns(live.get('snapshot_ns'))}; innermost first):", highlight=False)
+                      f"{format_ns(live.get('snapshot_ns'))}; innermost first):", highlight=False, markup=False)
         _print_frames(live.get("frames") or [])
     if len(diag.culprits) > 1:
         rows = [[c.rank, c.host or "unknown", role_text(c.to_dict()), waiting_text(c.to_dict()),
@@ -137,7 +138,7 @@ def _detail(text: str) -> None:
 def _print_frames(frames: list[dict]) -> None:
     for f in frames[:12]:
         short = "/".join(str(f.get("filename") or "").split("/")[-3:])
-        console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True)
+        console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True, markup=False)
 
 
 def format_ns(ns: int | None) -> str:

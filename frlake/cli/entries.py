@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
 
@@ -53,9 +54,9 @@ def entries_command(
         console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
         for g in diff:
             mark = "[red]another frame than the rest[/] " if g["odd_one_out"] else ""
-            console.print(f"  {mark}ranks {_span(g['ranks'])} ({', '.join(g['hosts']) or 'unknown host'}): "
-                          f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}",
-                          highlight=False)
+            where = (f"ranks {_span(g['ranks'])} ({', '.join(g['hosts']) or 'unknown host'}): "
+                     f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}")
+            console.print(f"  {mark}{escape(where)}", highlight=False)
 
 
 def _cell(cell: dict | None, fmt: Format) -> str:

@@ -77,9 +77,9 @@ def forget_command(
     console.print(f"{verb} [bold]{summary.dumps}[/] dumps ({summary.bytes / 1e6:.1f} MB of original files) "
                   f"in {summary.seconds:.2f} s")
     for j, a in summary.attempts_removed[:50]:
-        console.print(f"  {j} attempt {a}: {'would be ' if dry_run else ''}removed", highlight=False)
+        console.print(f"  {j} attempt {a}: {'would be ' if dry_run else ''}removed", highlight=False, markup=False)
     for j, a in summary.attempts_changed[:50]:
         console.print(f"  {j} attempt {a}: some dumps {'would go' if dry_run else 'gone, diagnosed again'}",
-                      highlight=False)
+                      highlight=False, markup=False)
     if not dry_run and summary.files_retired:
         console.print(f"  {summary.files_retired} Parquet files retired; a later run deletes them after {grace}")

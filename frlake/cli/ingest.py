@@ -108,13 +108,13 @@ def ingest_command(
     for reason, count in sorted(summary.rejected_by_reason.items()):
         console.print(f"  rejected {count} as {reason}")
     for f in summary.rejected_files[:20]:
-        console.print(f"    {f['path']}: {f['detail']}", highlight=False)
+        console.print(f"    {f['path']}: {f['detail']}", highlight=False, markup=False)
     if summary.rejected > 20:
         console.print("    ... see `frlake files --rejected`")
     if not quiet:
         for c in summary.conflicts[:20]:
             console.print(f"  {c['job']} attempt {c['attempt']} rank {c['rank']}: {c['dumps']} different dumps "
-                          "(the newest is read; see the dump_conflicts view)", highlight=False)
+                          "(the newest is read; see the dump_conflicts view)", highlight=False, markup=False)
     raise typer.Exit(exit_status(summary))
 
 

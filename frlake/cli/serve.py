@@ -66,7 +66,7 @@ def serve_command(
                                             max_request_body_size=2 * (max_upload_mb << 20) + (64 << 20))
         except OSError as exc:
             raise FrlakeError(_bind_error(host, port, exc)) from None
-    console.print(f"frlake serving {config.settings.lake} on http://{host}:{port}/")
+    console.print(f"frlake serving {config.settings.lake} on http://{host}:{port}/", markup=False)
     try:
         server.run()
     except KeyboardInterrupt:
