@@ -333,12 +333,15 @@ class Frlake:
     # -- one attempt, closely ---------------------------------------------------
     def entries(self, job: str, attempt: int | None = None, flt=None) -> dict:
         """The attempt's collectives with the chosen ranks side by side
-        (torch's ``fr_trace -j``, ``--selected-ranks``, ``--pg-filters``)."""
+        (torch's ``fr_trace -j``, ``--selected-ranks``, ``--pg-filters``); by
+        default every rank of a small attempt, else the culprits of the stored
+        diagnosis and the ranks nearest them."""
         from frlake.query.entries import EntryFilter, side_by_side
 
         attempt = self._attempt_number(job, attempt)
+        diagnosis = self.catalog.diagnosis(job, attempt)  # its culprits centre a large attempt's view
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
-            return side_by_side(con, job, attempt, flt or EntryFilter())
+            return side_by_side(con, job, attempt, flt or EntryFilter(), diagnosis=diagnosis)
 
     def stack_diff(self, job: str, attempt: int | None = None) -> list[dict]:
         """Where each rank stands, grouped by stack: the ranks at another frame than the rest."""

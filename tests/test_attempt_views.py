@@ -16,6 +16,7 @@ import pytest
 
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
+from frlake.query.entries import EntryFilter
 from frlake.query.trace import TraceWindow
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
@@ -158,6 +159,31 @@ def test_trace_from_the_cli_and_the_api(job512, tmp_path):
     assert client.get("/api/jobs/big/attempts/0/arrivals?seq=1:2&around=3").status_code == 400
 
 
+def test_the_entries_of_a_large_attempt_centre_on_the_culprit_in_its_group(job512):
+    """512 ranks: the side-by-side view shows the culprit and the hung group's members nearest it (not
+    ranks 0-31), in the hung group's collectives, each shown rank a member; members and missing name only
+    ranks shown, so the page stays small at any size."""
+    settings, truth = job512
+    with Frlake(settings) as fl:
+        root = fl.stored_diagnosis("big", 0).root
+        view = fl.entries("big", 0)
+        shown = [r["rank"] for r in view["ranks"]]
+        assert shown[0] == 500 and len(shown) == 32 and view["ranks_total"] == 512 and view["ranks_truncated"]
+        assert view["pgs"] == [root.pg] and {c["pg"] for c in view["collectives"]} == {root.pg}
+        at_hang = next(c for c in view["collectives"] if c["seq"] == root.seq)
+        assert 500 in at_hang["missing"] and set(at_hang["members"]) == set(shown)  # every rank shown is a member
+        assert at_hang["members_total"] > len(shown) and set(at_hang["cells"]) == set(shown) - {500}
+        assert view["collectives"][-1]["seq"] >= root.seq  # the last collectives, the hang among them
+        chosen = fl.entries("big", 0, EntryFilter(ranks=(0, 1)))
+        assert [r["rank"] for r in chosen["ranks"]] == [0, 1] and not chosen["ranks_truncated"]
+        assert chosen["pgs"] is None and len({c["pg"] for c in chosen["collectives"]}) > 1  # every group of 0, 1
+    client = create_app(ServerConfig(settings)).test_client()
+    page = client.get("/jobs/big/attempts/0/entries")
+    assert page.status_code == 200 and len(page.data) < 400_000
+    text = page.get_data(as_text=True)
+    assert "Ranks: 32 of 512, the culprits and the ranks nearest them" in text and "<th>r500</th>" in text
+
+
 @pytest.mark.slow
 def test_culprit_at_rank_12000_on_the_page_and_in_the_trace(tmp_path_factory):
     settings, truth = _job(tmp_path_factory, 12_008, 12, culprit=12_000)
@@ -174,6 +200,8 @@ def test_culprit_at_rank_12000_on_the_page_and_in_the_trace(tmp_path_factory):
     trace = check_trace(r.get_data(as_text=True), 20_000)
     assert 12_000 in {e["pid"] for e in trace["traceEvents"]}
     assert any(e["ph"] == "f" and e["pid"] == 12_000 for e in trace["traceEvents"])
+    entries = client.get("/api/jobs/big/attempts/0/entries")
+    assert entries.get_json()["ranks"][0]["rank"] == 12_000 and len(entries.data) < 2_000_000
 
 
 def test_trace_reads_torchcomms_retired_ops_as_completed(tmp_path):

@@ -136,6 +136,23 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+def print_detail(text: str, lead: str = "", lead_style: str = "red") -> None:
+    """A line of a report under its heading, wrapped at the terminal's width with a hanging indent and
+    printed as it is (the user's names hold no markup); ``lead`` opens it in ``lead_style``."""
+    import textwrap
+
+    from rich.text import Text
+
+    from frlake.cli._table import terminal_width
+
+    body = textwrap.fill(lead + text, width=terminal_width(), initial_indent="  ", subsequent_indent="    ",
+                         break_on_hyphens=False, break_long_words=False)
+    line = Text(body)
+    if lead:
+        line.stylize(lead_style, 2, 2 + len(lead))
+    console.print(line, highlight=False, soft_wrap=True)
+
+
 def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None, *,
               max_shown: int | None = None) -> None:
     """Rows in the chosen format: a table that fits the terminal (with

@@ -8,7 +8,17 @@ import typer
 from rich.markup import escape
 from rich.panel import Panel
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
+from frlake.cli._common import (
+    DbUrlOpt,
+    Format,
+    FormatOpt,
+    LakeOpt,
+    console,
+    emit_json,
+    emit_rows,
+    open_session,
+    print_detail,
+)
 from frlake.diagnose.words import role_text, waiting_text
 
 if TYPE_CHECKING:
@@ -90,11 +100,11 @@ def render_report(diag: Diagnosis) -> None:
     console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/] ({root.reason})",
                   highlight=False)
     if root.pg is not None:
-        _detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
+        print_detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
     if root.waited_by:
-        _detail(f"waiting for it: {waiting_text(root.to_dict())}")
+        print_detail(f"waiting for it: {waiting_text(root.to_dict())}")
     if root.expected is not None:
-        _detail(f"expected {root.expected}, found {root.found}")
+        print_detail(f"expected {root.expected}, found {root.found}")
     if root.lateness_ms is not None:
         console.print(f"  typically {root.lateness_ms:.1f} ms late"
                       + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
@@ -122,17 +132,6 @@ def render_report(diag: Diagnosis) -> None:
                  ", ".join(f"{r}@{_seq(g['last_enqueued'][str(r)])}" for r in g["behind"][:16])] for g in behind[:20]]
         console.file.write("\n" + render(["group", "members", "furthest seq", "behind (rank@last seq)"], rows,
                                          title="Process groups that did not finish together"))
-
-
-def _detail(text: str) -> None:
-    """A line of the report under its heading, wrapped with a hanging indent, printed as it is (no markup)."""
-    import textwrap
-
-    from frlake.cli._table import terminal_width
-
-    console.print(textwrap.fill(text, width=terminal_width(), initial_indent="  ", subsequent_indent="    ",
-                                break_on_hyphens=False, break_long_words=False),
-                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_frames(frames: list[dict]) -> None:

@@ -8,7 +8,18 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, console, emit_json, emit_rows, open_session
+from frlake.cli._common import (
+    DbUrlOpt,
+    Format,
+    FormatOpt,
+    LakeOpt,
+    console,
+    emit_json,
+    emit_rows,
+    open_session,
+    print_detail,
+)
+from frlake.diagnose.words import hosts_text, ranks_text
 
 _STATE = {"completed": "C", "started": "S", "scheduled": "Q"}
 
@@ -50,13 +61,19 @@ def entries_command(
     emit_rows(columns, rows, fmt, title=f"{view['job']} attempt {view['attempt']}: {len(rows)} collectives")
     if fmt is Format.table:
         if view["truncated"]:
-            console.print("[yellow]only the first collectives are shown: narrow with --seq, --pg or --ranks[/]")
+            console.print(f"[yellow]only the last {len(rows)} collectives (those nearest the hang) are shown: "
+                          "narrow with --seq, --pg or --ranks[/]")
+        if view["ranks_truncated"]:
+            groups = f" in group {', '.join(view['pgs'])}" if view["pgs"] and not pg else ""
+            console.print(f"[yellow]ranks: {len(ranks_shown)} of {view['ranks_total']}, the culprits and the ranks "
+                          f"nearest them{escape(groups)}: choose others with --ranks and --pg[/]")
         console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
-        for g in diff:
-            mark = "[red]another frame than the rest[/] " if g["odd_one_out"] else ""
-            where = (f"ranks {_span(g['ranks'])} ({', '.join(g['hosts']) or 'unknown host'}): "
-                     f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}")
-            console.print(f"  {mark}{escape(where)}", highlight=False)
+        for g in diff[:20]:
+            print_detail(f"rank{'s' if len(g['ranks']) > 1 else ''} {ranks_text(g['ranks'])} ({hosts_text(g['hosts']) or 'unknown host'}): "
+                         f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}",
+                         lead="another frame than the rest: " if g["odd_one_out"] else "")
+        if len(diff) > 20:
+            console.print(f"  ... and {len(diff) - 20} more stacks (-f json lists them all)")
 
 
 def _cell(cell: dict | None, fmt: Format) -> str:
@@ -89,17 +106,3 @@ def _seq(text: str | None) -> tuple[int | None, int | None]:
         raise typer.BadParameter(str(exc), param_hint="--seq") from None
 
 
-def _span(ranks: list[int]) -> str:
-    """0,1,2,3,7 -> 0-3,7"""
-    out, start, prev = [], None, None
-    for r in ranks:
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:
-            prev = r
-        else:
-            out.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = r
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(out)

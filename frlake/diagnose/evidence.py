@@ -207,7 +207,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         """,
         params,
     )
-    lists = _member_lists(con, params, rel)
+    lists = member_lists(con, params, rel)
     split = _group_keys(con, params, rel, lists)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
@@ -530,7 +530,7 @@ def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations,
     return dict(con.execute(f"SELECT DISTINCT pg, pg_name FROM {rel.group_keys} ORDER BY pg").fetchall())
 
 
-def _member_lists(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -> tuple[str, str]:
+def member_lists(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -> tuple[str, str]:
     """Where to read the members of the groups the attempt's dumps list: ``group_runs`` when it holds every
     list (dumps ingested before it existed are only in ``groups``), else ``groups``' rank lists."""
     where = f"job = $job AND attempt = $attempt AND {rel.newest()} AND group_size IS NOT NULL"

@@ -14,13 +14,20 @@ def ranks_on_hosts(ranks: list[dict] | None, most_hosts: int = 6) -> str:
     by_host: dict[str, list[int]] = {}
     for r in ranks:
         by_host.setdefault(r.get("host") or "an unknown host", []).append(r["rank"])
-    parts = [f"rank{'s' if len(rs) > 1 else ''} {_runs(rs)} on {h}" for h, rs in list(by_host.items())[:most_hosts]]
+    parts = [f"rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)} on {h}" for h, rs in list(by_host.items())[:most_hosts]]
     more = len(by_host) > most_hosts or len(ranks) >= WAIT_LIST
     return "; ".join(parts) + (" ..." if more else "")
 
 
-def _runs(ranks: list[int]) -> str:
-    """Sorted ranks with each run of three or more consecutive ones as "first-last": 0-7, 9, 12."""
+def hosts_text(hosts, most: int = 6) -> str:
+    """Host names, at most ``most`` of them, then how many in all."""
+    hosts = list(hosts)
+    return ", ".join(hosts[:most]) + (f" ... ({len(hosts)} hosts)" if len(hosts) > most else "")
+
+
+def ranks_text(ranks, most: int = 24) -> str:
+    """Ranks, sorted, with each run of three or more consecutive ones as "first-last": 0-7, 9, 12 (16,383
+    ranks waiting at a hang read as "0-11999, 12001-16383"); past ``most`` pieces, how many ranks in all."""
     out: list[str] = []
     ranks = sorted(set(ranks))
     start = 0
@@ -29,6 +36,8 @@ def _runs(ranks: list[int]) -> str:
             run = ranks[start:i]
             out += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else list(map(str, run))
             start = i
+    if len(out) > most:
+        return ", ".join(out[:most]) + f" ... ({len(ranks)} ranks)"
     return ", ".join(out)
 
 

@@ -39,6 +39,18 @@ def neighbourhood(members: Sequence[int], centre: Sequence[int], n: int) -> list
     return sorted(chosen)
 
 
+def near_the_culprits(candidates: Sequence[int], diagnosis: Diagnosis | None, n: int,
+                      hung_group: Sequence[int] | None = None) -> list[int]:
+    """At most ``n`` of the sorted ``candidates``, as the windows of one attempt
+    (trace, entries) choose them: the root culprits, then the members of the
+    hung group (``hung_group``) nearest them, then their other neighbours."""
+    centre = [c.rank for c in diagnosis.culprits if c.role == "root"][:n] if diagnosis else []
+    if hung_group:
+        near = neighbourhood(sorted(set(hung_group) & set(candidates)), centre, n)
+        centre = centre + [r for r in near if r not in centre]
+    return neighbourhood(candidates, centre, n)
+
+
 def _contains(sorted_list: Sequence[int], value: int) -> bool:
     i = bisect.bisect_left(sorted_list, value)
     return i < len(sorted_list) and sorted_list[i] == value

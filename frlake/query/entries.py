@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 import duckdb
 
-from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, load, stacks
-from frlake.diagnose.model import top_frame
+from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, Relations, expand_runs, load, member_lists, stacks
+from frlake.diagnose.model import Diagnosis, top_frame
+from frlake.query.attempt import near_the_culprits
 
-MAX_ROWS = 2_000  # collectives shown at most (a window of sequence ids narrows it)
+MAX_ROWS = 2_000  # collectives shown at most, the last ones (a window of sequence ids narrows it)
+MAX_RANKS = 32  # ranks shown when none are chosen: all of a small attempt, else the culprits and their neighbours
 
 
 @dataclass(frozen=True)
@@ -40,65 +42,105 @@ class EntryFilter:
 
 
 def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: EntryFilter = EntryFilter(),
-                 limit: int = MAX_ROWS) -> dict:
-    """Every collective of the attempt (in the filter) with one cell per rank:
+                 limit: int = MAX_ROWS, *, diagnosis: Diagnosis | None = None, max_ranks: int = MAX_RANKS) -> dict:
+    """The attempt's collectives (in the filter) with one cell per rank shown:
     its op, state, sizes and arrival (ms after the first member), or nothing
-    where the rank has no entry for it."""
+    where the rank has no entry for it. Without ``flt.ranks``, an attempt of
+    more than ``max_ranks`` ranks shows the culprits of ``diagnosis`` and
+    the members of the hung group nearest them (culprits first), in the hung
+    group's collectives unless ``flt.pgs`` names others; the last ``limit``
+    collectives (those nearest the hang) when there are more."""
+    params = {"job": job, "attempt": attempt}
+    hosts: dict[int, str | None] = dict(con.execute(
+        "SELECT rank, any_value(host) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank",
+        params).fetchall())
+    members = _members(con, params)
+    pgs = None
+    if flt.pgs:
+        wanted = set(flt.pgs)
+        pgs = {name for (name, desc) in con.execute(
+            "SELECT DISTINCT pg_name, pg_desc FROM entries WHERE job = $job AND attempt = $attempt", params).fetchall()
+            if name in wanted or desc in wanted}
+    if flt.ranks:
+        shown = sorted(set(flt.ranks))
+    else:
+        candidates = sorted(set(hosts) if pgs is None else {r for pg in pgs for r in members.get(pg, ())} & set(hosts))
+        if len(candidates) <= max_ranks:
+            shown = candidates
+        else:
+            root = next((c for c in diagnosis.culprits if c.role == "root"), None) if diagnosis else None
+            hung = members.get(root.pg) if root is not None and pgs is None else None
+            near = near_the_culprits(candidates, diagnosis, max_ranks, sorted(hung) if hung else None)
+            first = [c.rank for c in diagnosis.culprits if c.role == "root" and c.rank in near] if diagnosis else []
+            shown = first + [r for r in near if r not in first]  # the culprits' columns first
+            if hung:  # and the hung group's collectives, where every rank shown is a member
+                pgs = {root.pg}
     rows = con.execute(
         f"""
         WITH d AS (
           SELECT d.rank, d.dump_id, d.host
           FROM dumps d LEFT JOIN (SELECT * FROM snapshots WHERE job = $job AND attempt = $attempt) s USING (dump_id)
-          WHERE d.job = $job AND d.attempt = $attempt
+          WHERE d.job = $job AND d.attempt = $attempt AND list_contains($ranks::INTEGER[], d.rank)
           QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY {NEWEST_DUMP}) = 1
         ), e AS (
           SELECT e.pg_name, e.pg_desc, e.collective_seq_id AS seq, e.rank, d.host, e.op, e.state,
-                 e.input_sizes::VARCHAR AS sizes, e.input_dtypes::VARCHAR AS dtypes, e.time_created_ns AS t,
-                 e.entry_index
+                 e.input_sizes, e.input_dtypes, e.time_created_ns AS t, e.entry_index
           FROM entries e JOIN d USING (dump_id)
           WHERE e.job = $job AND e.attempt = $attempt AND NOT e.is_p2p AND e.collective_seq_id IS NOT NULL
             AND NOT {END_MARKER.replace("op ", "e.op ")}
-            AND ($ranks::INTEGER[] IS NULL OR list_contains($ranks::INTEGER[], e.rank))
-            AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], e.pg_name)
-                 OR list_contains($pgs::VARCHAR[], e.pg_desc))
+            AND list_contains($ranks::INTEGER[], e.rank)
+            AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], e.pg_name))
             AND ($lo::BIGINT IS NULL OR e.collective_seq_id >= $lo) AND ($hi::BIGINT IS NULL OR e.collective_seq_id <= $hi)
           QUALIFY row_number() OVER (PARTITION BY e.pg_name, e.collective_seq_id, e.rank ORDER BY e.entry_index) = 1
         ), keys AS (
-          SELECT pg_name, seq, min(t) AS t0 FROM e GROUP BY ALL ORDER BY min(t), pg_name, seq LIMIT $limit
+          SELECT pg_name, seq, min(t) AS t0 FROM e GROUP BY ALL ORDER BY min(t) DESC, pg_name, seq LIMIT $limit
         )
-        SELECT e.pg_name, e.pg_desc, e.seq, e.rank, e.host, e.op, e.state, e.sizes, e.dtypes,
-               round((e.t - keys.t0) / 1e6, 3) AS late_ms
+        SELECT e.pg_name, e.pg_desc, e.seq, e.rank, e.host, e.op, e.state, e.input_sizes::VARCHAR,
+               e.input_dtypes::VARCHAR, round((e.t - keys.t0) / 1e6, 3) AS late_ms
         FROM e JOIN keys USING (pg_name, seq)
         ORDER BY keys.t0, e.pg_name, e.seq, e.rank
         """,
-        {"job": job, "attempt": attempt, "ranks": list(flt.ranks) if flt.ranks else None,
-         "pgs": list(flt.pgs) if flt.pgs else None, "lo": flt.seq_from, "hi": flt.seq_to, "limit": limit},
+        params | {"ranks": shown, "pgs": sorted(pgs) if pgs is not None else None, "lo": flt.seq_from,
+                  "hi": flt.seq_to, "limit": limit},
     ).fetchall()
-    members: dict[str, set[int]] = {}
-    for pg, rank in con.execute(
-        """SELECT pg_name, unnest(ranks) FROM groups WHERE job = $job AND attempt = $attempt AND ranks IS NOT NULL
-           UNION SELECT pg_name, rank FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p""",
-        {"job": job, "attempt": attempt},
-    ).fetchall():
-        members.setdefault(pg, set()).add(rank)
     collectives: dict[tuple[str, int], dict] = {}
-    ranks: dict[int, str | None] = dict(con.execute(
-        "SELECT rank, any_value(host) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank",
-        {"job": job, "attempt": attempt}).fetchall())
     for pg, desc, seq, rank, _host, op, state, sizes, dtypes, late in rows:
         c = collectives.setdefault((pg, seq), {"pg": pg, "pg_desc": desc, "seq": seq, "ops": set(), "cells": {}})
         c["ops"].add(op)
         c["cells"][rank] = {"op": op, "state": state, "sizes": sizes, "dtypes": dtypes, "late_ms": late}
-    shown = sorted(ranks) if not flt.ranks else sorted(set(flt.ranks))
+    in_view = set(shown)
     out = []
     for c in collectives.values():
         ops = sorted(o for o in c.pop("ops") if o is not None)
+        group = members.get(c["pg"], set()) | set(c["cells"])
         out.append({**c, "op": "/".join(ops), "agree": len({(v["op"], v["sizes"], v["dtypes"])
                                                            for v in c["cells"].values()}) == 1,
-                    "missing": [r for r in shown if r not in c["cells"] and r in members.get(c["pg"], ())],
-                    "members": sorted(members.get(c["pg"], ()))})
-    return {"job": job, "attempt": attempt, "ranks": [{"rank": r, "host": ranks.get(r)} for r in shown],
+                    "missing": [r for r in shown if r not in c["cells"] and r in group],
+                    "members": sorted(group & in_view), "members_total": len(group)})
+    ranks_total = len(set(hosts) | {r for g in members.values() for r in g})
+    return {"job": job, "attempt": attempt, "ranks": [{"rank": r, "host": hosts.get(r)} for r in shown],
+            "pgs": sorted(pgs) if pgs is not None else None,
+            "ranks_total": ranks_total, "ranks_truncated": not flt.ranks and len(shown) < ranks_total,
             "collectives": out, "truncated": len(collectives) >= limit}
+
+
+def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]]:
+    """Each group's members: the rank lists its dumps carry (each distinct list read once, as its runs where
+    every dump has them: a 16,384-rank job's dumps list the world group 16,384 times), and every rank that
+    recorded a collective in it."""
+    table, column = member_lists(con, params, Relations(one_dump_per_rank=True))
+    members: dict[str, set[int]] = {}
+    for pg, listed in con.execute(
+        f"""SELECT pg_name, any_value({column}) FROM {table}
+            WHERE job = $job AND attempt = $attempt AND {column} IS NOT NULL GROUP BY pg_name, hash({column})""",
+        params,
+    ).fetchall():
+        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
+    for pg, rank in con.execute(
+        "SELECT DISTINCT pg_name, rank FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p", params,
+    ).fetchall():
+        members.setdefault(pg, set()).add(rank)
+    return members
 
 
 def stack_diff(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:

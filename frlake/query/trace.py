@@ -26,7 +26,7 @@ import duckdb
 
 from frlake.diagnose.evidence import NEWEST_DUMP, STATE_OF
 from frlake.diagnose.model import Diagnosis
-from frlake.query.attempt import neighbourhood
+from frlake.query.attempt import near_the_culprits, neighbourhood
 
 DEFAULT_MAX_EVENTS = 100_000
 DEFAULT_MAX_RANKS = 64  # ranks of the default window (the culprits and their neighbours)
@@ -147,13 +147,8 @@ def _plan(con, job: str, attempt: int, window: TraceWindow, diagnosis: Diagnosis
                     "AND list_contains($pgs, pg_name) ORDER BY 1", params | {"pgs": pg_names}).fetchall()]
         else:
             candidates = dumped
-        centre = [c.rank for c in diagnosis.culprits if c.role == "root"][:window.max_ranks] if diagnosis else []
-        if focus and focus["pg"] in members and pg_names is None:
-            # the culprits, the hung group's members nearest them, then their other neighbours
-            near = neighbourhood(sorted(set(members[focus["pg"]]) & set(dumped)), centre, window.max_ranks)
-            ranks = neighbourhood(candidates, centre + [r for r in near if r not in centre], window.max_ranks)
-        else:
-            ranks = neighbourhood(candidates, centre, window.max_ranks)
+        hung = members.get(focus["pg"]) if focus and pg_names is None else None
+        ranks = near_the_culprits(candidates, diagnosis, window.max_ranks, hung)
     # the hung collective: its first arrival is the hang; the window is counted in its group's collectives
     fpg, fseq = (focus["pg"], focus["seq"]) if focus and focus["pg"] is not None else (None, None)
     if fpg is None:

@@ -17,7 +17,7 @@ from frlake.server.errors import ApiError
 from frlake.server.params import (
     arrivals_view,
     diagnosis,
-    entry_filter,
+    entries_view,
     int_arg,
     known_attempt,
     known_job,
@@ -106,8 +106,8 @@ def attempt_diagnosis(job: str, attempt: int):
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
-    view = session().entries(job, attempt, entry_filter())
-    return jsonify({**view, "stacks": session().stack_diff(job, attempt)})
+    view, stacks = entries_view(job, attempt)
+    return jsonify({**view, "stacks": stacks})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")

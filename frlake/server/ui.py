@@ -14,7 +14,7 @@ from frlake.server.params import (
     arrivals_view,
     choice_arg,
     diagnosis,
-    entry_filter,
+    entries_view,
     host_arg,
     known_attempt,
     known_job,
@@ -128,8 +128,7 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
-    view = session().entries(job, attempt, entry_filter())
-    stacks = session().stack_diff(job, attempt)
+    view, stacks = entries_view(job, attempt)
     ranks = [r["rank"] for r in view["ranks"]]
     tables = [
         Export("stack-diff", ["ranks", "hosts", "op", "pg", "pg_desc", "top_frame", "odd_one_out"],
