@@ -61,10 +61,11 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
         pgs = {name for (name, desc) in con.execute(
             "SELECT DISTINCT pg_name, pg_desc FROM entries WHERE job = $job AND attempt = $attempt", params).fetchall()
             if name in wanted or desc in wanted}
+    # the ranks that could be shown: those that left a dump (of the groups asked for)
+    candidates = sorted(set(hosts) if pgs is None else {r for pg in pgs for r in members.get(pg, ())} & set(hosts))
     if flt.ranks:
         shown = sorted(set(flt.ranks))
     else:
-        candidates = sorted(set(hosts) if pgs is None else {r for pg in pgs for r in members.get(pg, ())} & set(hosts))
         if len(candidates) <= max_ranks:
             shown = candidates
         else:
@@ -117,10 +118,9 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
                                                            for v in c["cells"].values()}) == 1,
                     "missing": [r for r in shown if r not in c["cells"] and r in group],
                     "members": sorted(group & in_view), "members_total": len(group)})
-    ranks_total = len(set(hosts) | {r for g in members.values() for r in g})
     return {"job": job, "attempt": attempt, "ranks": [{"rank": r, "host": hosts.get(r)} for r in shown],
             "pgs": sorted(pgs) if pgs is not None else None,
-            "ranks_total": ranks_total, "ranks_truncated": not flt.ranks and len(shown) < ranks_total,
+            "ranks_total": len(candidates), "ranks_truncated": not flt.ranks and len(shown) < len(candidates),
             "collectives": out, "truncated": len(collectives) >= limit}
 
 
@@ -128,7 +128,7 @@ def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]
     """Each group's members: the rank lists its dumps carry (each distinct list read once, as its runs where
     every dump has them: a 16,384-rank job's dumps list the world group 16,384 times), and every rank that
     recorded a collective in it."""
-    table, column = member_lists(con, params, Relations(one_dump_per_rank=True))
+    table, column = member_lists(con, params, Relations(one_dump_per_rank=True))  # every dump's lists
     members: dict[str, set[int]] = {}
     for pg, listed in con.execute(
         f"""SELECT pg_name, any_value({column}) FROM {table}
