@@ -40,7 +40,11 @@ def entries_command(
     started, Q scheduled, and how late each rank arrived (ms after the
     first); '-' where a member has no entry, blank where the rank is not a
     member of the group. Then, at the hang, which ranks
-    stand at another frame than the rest."""
+    stand at another frame than the rest.
+
+    Without --ranks, an attempt of more than 32 ranks shows the culprits and
+    the hung group's members nearest them, in that group's collectives (the
+    last 2,000 at most)."""
     from frlake.query.entries import EntryFilter
 
     with open_session(ctx, lake, db_url, must_exist=True) as session:
