@@ -55,7 +55,7 @@ def test_members_from_runs_equal_members_from_rank_lists(shapes_lake):
             # what a lake from before group_runs offers: the rank lists alone
             con.register("_no_runs", pa.schema([*schema.GROUP_RUNS, *schema.PARTITION_FIELDS]).empty_table())
             con.execute("CREATE OR REPLACE VIEW group_runs AS SELECT * FROM _no_runs")
-            assert evidence._member_lists(con, params, evidence.Relations()) == ("groups", "ranks") or not lists
+            assert evidence.member_lists(con, params, evidence.Relations()) == ("groups", "ranks") or not lists
             old = evidence.load(con, job, attempt)
             assert (new.members, new.desc, new.names) == (old.members, old.desc, old.names), (job, attempt)
             assert {**diagnose_attempt(con, job, attempt).to_dict(), "seconds": None} == new_diag
