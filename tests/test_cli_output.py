@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import frlake
 from frlake.cli.main import app
-from tests.helpers import ROOT
+from tests.helpers import FIXTURES, ROOT
 
 runner = CliRunner()
 
@@ -107,6 +107,21 @@ def test_names_that_look_like_markup_are_printed_as_they_are(tmp_path):
     assert f"{job} attempt 0" in shown.output and f"Root cause: rank 1 on {host} (missing)" in shown.output
     missing = runner.invoke(app, [*base, "diagnose", "[red]nope[/]"], env={"COLUMNS": "200"})
     assert missing.exit_code == 1 and "[red]nope[/]" in missing.output
+
+
+def test_diagnose_shows_each_roots_evidence_once_and_labels_the_weaker_kind(tmp_path, corpus_lake):
+    """A straggler's count of late arrivals is printed; a pending-tail culprit's weaker evidence is labelled
+    once (its detail carried the label too)."""
+    straggler = run(corpus_lake, "diagnose", "job-65a07f", "--attempt", "0")
+    assert straggler.exit_code == 0, straggler.output
+    assert re.search(r"first to arrive late in \d+ of \d+ unexplained late arrivals", " ".join(straggler.output.split()))
+    lake = tmp_path / "lake"
+    runner.invoke(app, ["--lake", str(lake), "ingest", str(FIXTURES / "producers" / "pending_tail"), "-q"])
+    tail = runner.invoke(app, ["--lake", str(lake), "diagnose", "job-tail", "--attempt", "0"], env={"COLUMNS": "80"})
+    assert tail.exit_code == 0, tail.output
+    lines_fit(tail.output)
+    assert tail.output.count("weaker evidence (pending tail)") == 1 and "never enqueued seq 8" in " ".join(
+        tail.output.split())
 
 
 def test_waiting_ranks_read_as_runs_per_host_at_any_scale():

@@ -52,6 +52,15 @@ def waiting_text(c: dict) -> str:
     return text
 
 
+def detail_text(c: dict) -> str | None:
+    """What a culprit's detail adds to its role and to who waits for it (the evidence of a straggler, why a
+    suspect is only one, a weaker kind of evidence): None when it only counts the waiters already named."""
+    detail = c.get("detail")
+    if not detail or (c.get("waited_by") and detail == f"{c.get('waiters')} rank(s) wait for it"):
+        return None
+    return detail
+
+
 def role_text(c: dict) -> str:
     """A culprit's part in the incident."""
     reason, role = c.get("reason"), c.get("role")
