@@ -126,6 +126,19 @@ def test_two_members_that_disagree_are_both_suspects(tmp_path):
     assert "cannot tell" in d.summary and "rank 0 on h0" in d.summary and "rank 1 on h1" in d.summary
 
 
+def test_ingest_lists_suspects_as_suspects(tmp_path):
+    """The command's list of what it diagnosed says "suspects" where the data cannot tell a root cause."""
+    from typer.testing import CliRunner
+
+    from frlake.cli.main import app
+
+    _two_ranks(tmp_path, [[[4, 4], [5, 5]], [[4, 4], [4, 4]]])
+    out = CliRunner().invoke(app, ["--lake", str(tmp_path / "cli-lake"), "ingest", str(tmp_path / "nfs")],
+                             env={"COLUMNS": "100"})
+    assert out.exit_code == 0, out.output
+    assert "│ pair │       0 │ mismatch │ suspects: rank 0 on h0, rank 1 on h1 │" in out.output, out.output
+
+
 def test_two_members_that_agree_are_healthy(tmp_path):
     d = _two_ranks(tmp_path, [[[4, 4], [5, 5]], [[4, 4], [5, 5]]])
     assert (d.verdict, d.culprits) == ("healthy", [])

@@ -136,14 +136,19 @@ def _print_summary(summary) -> None:
 
 
 def _print_diagnosed(diagnosed: list[dict]) -> None:
-    """The attempts this run diagnosed, each with its verdict and root cause (the summary lists an attempt's
-    first culprits only: a third root cause is "and more"), the unhealthy ones first."""
+    """The attempts this run diagnosed, each with its verdict and root cause, or its suspects when the data
+    cannot tell (the summary lists an attempt's first culprits only: a third is "and more"), the unhealthy
+    ones first."""
     from frlake.cli._table import render
 
     rows = []
     for d in diagnosed:
         roots = [c for c in d["culprits"] if c.get("role") == "root"]
+        suspects = [] if roots else [c for c in d["culprits"] if c.get("role") == "suspect"]
+        roots = roots or suspects
         cause = ", ".join(f"rank {c['rank']} on {c['host'] or '?'}" for c in roots[:2])
+        if suspects:
+            cause = f"suspect{'s' if len(suspects) > 1 else ''}: {cause}"
         rows.append([d["job"], d["attempt"], d["verdict"], cause + (" and more" if len(roots) > 2 else "")])
     rows.sort(key=lambda r: (r[2] == "healthy", r[0], r[1]))
     console.print(f"diagnosed {len(rows)} attempt{'s' if len(rows) != 1 else ''}:", highlight=False)
