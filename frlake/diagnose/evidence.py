@@ -301,24 +301,12 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         hosts[rank] = host
         if first_record is not None and first_record > 0:
             wrapped.add(rank)
-    members: dict[str, set[int]] = {}
-    desc: dict[str, str | None] = {}
-    # Each distinct rank list once, read as its runs where every dump has them: every rank of a 16,384-rank
-    # job lists the world's 16,384 ranks, and decoding them all (268M numbers) cost more than the rest of
-    # the diagnosis.
     group = "coalesce(k.pg, c.pg_name)" if split else "c.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = c.rank AND k.pg_name = c.pg_name" if split else ""
-    where = f"c.job = $job AND c.attempt = $attempt AND {rel.newest('c.')} AND c.group_size IS NOT NULL"
-    table, column = lists
-    for pg, listed in con.execute(
-        f"""SELECT {group}, any_value(c.{column}) FROM {table} c {keys} WHERE {where}
-            GROUP BY {group}, c.group_size, hash(c.{column})""",
-        params,
-    ).fetchall():
-        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
+    members = listed_members(con, params, rel, lists, group, keys)
     # the least of the lists' descriptions, whatever order the rows come in
-    desc.update(con.execute(f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {where} GROUP BY ALL",
-                            params).fetchall())
+    desc: dict[str, str | None] = dict(con.execute(
+        f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {_listed(rel)} GROUP BY ALL", params).fetchall())
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
         f"SELECT rank, pg_name, min(pg_desc), min(seq), max(seq) FROM {rel.calls} GROUP BY ALL"
@@ -537,6 +525,28 @@ def member_lists(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -
     complete = con.execute(f"SELECT (SELECT count(*) FROM groups WHERE {where}) = "
                            f"(SELECT count(*) FROM group_runs WHERE {where})", params).fetchone()[0]
     return ("group_runs", "rank_runs") if complete else ("groups", "ranks")
+
+
+def _listed(rel: Relations) -> str:
+    """The rows (alias ``c``) of the groups that the dumps read list with their members."""
+    return f"c.job = $job AND c.attempt = $attempt AND {rel.newest('c.')} AND c.group_size IS NOT NULL"
+
+
+def listed_members(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations, lists: tuple[str, str],
+                   group: str = "c.pg_name", keys: str = "") -> dict[str, set[int]]:
+    """Each group's members (by ``group``, over the join ``keys``) as the dumps read list them, from where
+    :func:`member_lists` says (``lists``). Each distinct rank list is read once, as its runs where every dump
+    has them: every rank of a 16,384-rank job lists the world's 16,384 ranks, and decoding them all (268M
+    numbers) cost more than the rest of the diagnosis."""
+    table, column = lists
+    members: dict[str, set[int]] = {}
+    for pg, listed in con.execute(
+        f"""SELECT {group}, any_value(c.{column}) FROM {table} c {keys} WHERE {_listed(rel)}
+            GROUP BY {group}, c.group_size, hash(c.{column})""",
+        params,
+    ).fetchall():
+        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
+    return members
 
 
 def expand_runs(runs: list[int]) -> list[int]:

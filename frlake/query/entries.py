@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, Relations, expand_runs, load, member_lists, stacks
+from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, Relations, listed_members, load, member_lists, stacks
 from frlake.diagnose.model import Diagnosis, top_frame
 from frlake.query.attempt import near_the_culprits
 
@@ -125,17 +125,10 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
 
 
 def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]]:
-    """Each group's members: the rank lists its dumps carry (each distinct list read once, as its runs where
-    every dump has them: a 16,384-rank job's dumps list the world group 16,384 times), and every rank that
-    recorded a collective in it."""
-    table, column = member_lists(con, params, Relations(one_dump_per_rank=True))  # every dump's lists
-    members: dict[str, set[int]] = {}
-    for pg, listed in con.execute(
-        f"""SELECT pg_name, any_value({column}) FROM {table}
-            WHERE job = $job AND attempt = $attempt AND {column} IS NOT NULL GROUP BY pg_name, hash({column})""",
-        params,
-    ).fetchall():
-        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
+    """Each group's members: the rank lists its dumps carry (each distinct list read once: a 16,384-rank
+    job's dumps list the world group 16,384 times), and every rank that recorded a collective in it."""
+    every_dump = Relations(one_dump_per_rank=True)  # every dump's lists, as before (not only the newest's)
+    members = listed_members(con, params, every_dump, member_lists(con, params, every_dump))
     for pg, rank in con.execute(
         "SELECT DISTINCT pg_name, rank FROM entries WHERE job = $job AND attempt = $attempt AND NOT is_p2p", params,
     ).fetchall():
