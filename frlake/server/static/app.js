@@ -110,22 +110,26 @@ const LATENESS = [
   {label: "≥ 1 s", max: Infinity, colour: "#b71c1c"},
 ];
 
-/* The half-size of one rank x collective cell of a category scatter: points shrink to fit a dense grid. */
-function cellRadius(chart, most) {
+/* The room of one rank x collective cell of a category scatter: per category, not per tick (a dense axis
+   shows a tick for only some of its labels). */
+function cellSize(chart) {
   const {chartArea} = chart;
-  if (!chartArea) return most;
-  const dx = chartArea.width / Math.max(1, chart.scales.x.getLabels().length);
-  const dy = chartArea.height / Math.max(1, chart.scales.y.getLabels().length);
+  return {dx: chartArea.width / Math.max(1, chart.scales.x.getLabels().length),
+          dy: chartArea.height / Math.max(1, chart.scales.y.getLabels().length)};
+}
+
+/* Points shrink to fit a dense grid. */
+function cellRadius(chart, most) {
+  if (!chart.chartArea) return most;
+  const {dx, dy} = cellSize(chart);
   return Math.max(1.5, Math.min(most, Math.min(dx, dy) / 2 - 0.5));
 }
 
 const pointValues = {  // draws each point's value beside it when there is room: no hover needed
   id: "pointValues",
   afterDatasetsDraw(chart) {
-    const {ctx, chartArea} = chart;
-    // the room of one category (not of one tick: a dense axis shows a tick for only some of its labels)
-    const dx = chartArea.width / Math.max(1, chart.scales.x.getLabels().length);
-    const dy = chartArea.height / Math.max(1, chart.scales.y.getLabels().length);
+    const {ctx} = chart;
+    const {dx, dy} = cellSize(chart);
     if (dx < 24 || dy < 11) return;
     ctx.save();
     ctx.font = "10px system-ui, sans-serif";
@@ -148,7 +152,7 @@ const culpritRows = {  // a band along each culprit's row, named in the right ma
   beforeDatasetsDraw(chart, args, options) {
     const {ctx, chartArea} = chart, ys = chart.scales.y;
     const labels = ys.getLabels();
-    const band = Math.min(24, Math.max(chartArea.height / Math.max(1, labels.length), 6));
+    const band = Math.min(24, Math.max(cellSize(chart).dy, 6));
     ctx.save();
     (options.culprits || []).forEach(c => {
       const at = labels.indexOf(String(c.rank));
