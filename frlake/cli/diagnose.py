@@ -109,12 +109,13 @@ def render_report(diag: Diagnosis) -> None:
         console.print(f"  typically {root.lateness_ms:.1f} ms late"
                       + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
                          if root.p_value is not None else ""))
+    weaker = f"weaker evidence ({root.evidence.replace('_', ' ')})" if root.evidence else ""
     extra = detail_text(root.to_dict())
-    if extra:  # the straggler's evidence, a suspect's reason, a weaker kind of evidence (labelled)
-        lead = f"weaker evidence ({root.evidence.replace('_', ' ')}): " if root.evidence else ""
-        print_detail(extra[len(lead):] if lead and extra.startswith(lead) else extra, lead=lead, lead_style="yellow")
-    elif root.evidence:
-        print_detail("", lead=f"weaker evidence ({root.evidence.replace('_', ' ')})", lead_style="yellow")
+    if extra:  # the straggler's evidence, a suspect's reason, a weaker kind of evidence (labelled once)
+        lead = f"{weaker}: " if weaker else ""
+        print_detail(extra.removeprefix(lead), lead=lead, lead_style="yellow")
+    elif weaker:
+        print_detail("", lead=weaker, lead_style="yellow")
     if root.stack:
         console.print("  FR stack, its last collective (innermost first):")
         _print_frames(root.stack)
