@@ -1,6 +1,7 @@
 """A small synthetic fleet history, faithful to the FR 2.10 format: attempts
 of a few ranks on named hosts, each healthy or hung on a rank that never
-joins the last all_reduce, at a chosen time. For the fleet reports' tests."""
+joins the last all_reduce (and may write no dump), at a chosen time. For the
+fleet reports' tests."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Attempt:
     started: datetime
     hosts: list[str]  # host of each rank, by rank
     missing: list[int] = field(default_factory=list)  # ranks that never enqueue the last all_reduce
+    crashed: list[int] = field(default_factory=list)  # ranks among those that write no dump
 
 
 def _entry(rank: int, seq: int, t_ns: int, state: str) -> dict:
@@ -40,6 +42,8 @@ def write(root: Path, attempts: list[Attempt]) -> Path:
         world = len(a.hosts)
         t0 = int(a.started.timestamp() * 1e9)
         for rank, host in enumerate(a.hosts):
+            if rank in a.crashed:
+                continue
             last = STEPS - 1 if rank in a.missing else STEPS
             hung = bool(a.missing)
             entries = [_entry(rank, seq, t0 + seq * 100_000_000 + rank * 1000,

@@ -44,6 +44,55 @@ def test_a_rank_without_a_dump_is_named(tmp_path):
     assert (d.root.rank, d.root.reason) == (6, "no_dump")
     assert d.root.host == truth["culprit_host"]  # inferred from its block of ranks on that host
     assert d.ranks_missing_dump == [6]
+    # only its absence speaks, and no file of it names its host: both said, in the report and the summary
+    assert (d.root.role, d.root.evidence, d.root.host_inferred) == ("root", "no_dump", True)
+    assert "weaker evidence (no dump)" in d.root.detail and "(host inferred)" in d.summary
+    from frlake.server import create_app
+    from frlake.server.config import ServerConfig
+
+    page = create_app(ServerConfig(Settings.resolve(tmp_path / "lake"))).test_client().get(
+        "/jobs/crash/attempts/0").get_data(as_text=True)
+    assert 'id="host-inferred"' in page and 'id="weak-evidence"' in page
+    assert page.count("weaker evidence (no dump)") == 1  # the label once, the detail after it without its prefix
+
+
+def _crashed_pair(tmp_path, dropped, ranks_per_host):
+    """A job of 8 where rank 2 never joins a collective of its group (of ranks 0-3), its dump and another
+    member's lost: the others wait for both, and nothing dates either."""
+    write_job(tmp_path / "nfs", 8, 200, job="pair", fault="missing_last", culprit=2, seed=1,
+              ranks_per_host=ranks_per_host, procs=1)
+    for rank in dropped:
+        next((tmp_path / "nfs").rglob(f"rank_{rank}")).unlink()
+    return _diagnose_tree(tmp_path, tmp_path / "nfs", "pair")
+
+
+def test_ranks_without_dumps_on_two_hosts_are_suspects_not_a_guess(tmp_path):
+    d = _crashed_pair(tmp_path, [1, 2], ranks_per_host=1)
+    assert d.verdict == "hang"
+    suspects = [c for c in d.culprits if c.role == "suspect"]
+    assert sorted((c.rank, c.reason, c.evidence) for c in suspects) == [(1, "no_dump", "no_dump"),
+                                                                         (2, "no_dump", "no_dump")]
+    assert not [c for c in d.culprits if c.role == "root"]
+    # one rank per host: the dumps show no block of ranks on a host, so no host is inferred (a guess from blocks
+    # of two would name the hosts of ranks 0 and 3, both healthy)
+    assert [c.host for c in suspects] == [None, None] and not any(c.host_inferred for c in suspects)
+    assert "nothing tells which stopped first" in d.summary and "suspects, not proven causes" in d.summary
+
+
+def test_ranks_without_dumps_on_one_host_name_that_host(tmp_path):
+    d = _crashed_pair(tmp_path, [1, 2], ranks_per_host=4)
+    roots = [c for c in d.culprits if c.role == "root"]
+    assert sorted(c.rank for c in roots) == [1, 2] and {c.host for c in roots} == {"node-0000"}
+    assert "ranks 1, 2 on node-0000 (host inferred)" in d.summary and "weaker evidence: no dump" in d.summary
+
+
+def test_every_host_short_of_a_rank_still_shows_its_block(tmp_path):
+    """Ranks 2 and 5 lost, one on each host of four: each host dumped three ranks, and blocks of four (not
+    of three) hold them, so each lost rank gets its own host, marked inferred; they are suspects still."""
+    d = _crashed_pair(tmp_path, [2, 5], ranks_per_host=4)
+    suspects = {c.rank: c for c in d.culprits if c.role == "suspect"}
+    assert {r: (c.host, c.host_inferred) for r, c in suspects.items()} == {2: ("node-0000", True),
+                                                                          5: ("node-0001", True)}
 
 
 def test_straggler_in_a_synthetic_job(tmp_path):

@@ -34,6 +34,12 @@ def _history() -> list[Attempt]:
     for i in range(20):
         out.append(Attempt("job-b2", i, NOW - timedelta(days=20, minutes=-7) + timedelta(hours=12 * i),
                            ["host-b", "host-b", "fill-c", "fill-c"]))
+    # host-c: a rank that left no dump in 3 of 40 recent attempts, as host-a's did; only the placement of the
+    # ranks beside it names its host
+    for i in range(40):
+        out.append(Attempt("job-c", i, NOW - timedelta(days=14) + timedelta(hours=8 * i),
+                           ["host-c", "host-c", f"fill-c{i % 5}", f"fill-c{i % 5}"],
+                           [1] if i in (5, 20, 35) else [], [1] if i in (5, 20, 35) else []))
     # a cascade: one attempt on 60 hosts where 30 ranks never join
     out.append(Attempt("job-cascade", 0, NOW - timedelta(days=2), [f"node-{i:02d}" for i in range(60)],
                        list(range(30, 60))))
@@ -45,7 +51,7 @@ def fleet(tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("fleet")
     settings = Settings.resolve(root / "lake")
     summary = ingest([write(root / "nfs", _history())], settings)
-    assert summary.rejected == 0 and summary.ingested == 40 * 4 + 4 * 4 + 20 * 4 + 60
+    assert summary.rejected == 0 and summary.ingested == 40 * 4 + 4 * 4 + 20 * 4 + 40 * 4 - 3 + 60
     return settings
 
 
@@ -82,9 +88,22 @@ def test_a_cascade_that_blames_30_hosts_excludes_nobody(fleet):
 def test_the_policy_is_the_arithmetic_it_explains(fleet):
     a = _rows(fleet)["host-a"]
     for e in a["evidence"]:
-        assert e["weight"] == pytest.approx(e["decay"] * e["cleared"] * e["repeat_factor"] / e["hosts_blamed"], rel=1e-3)
+        assert e["weight"] == pytest.approx(e["decay"] * e["cleared"] * e["repeat_factor"] * e["inferred_factor"]
+                                            / e["hosts_blamed"], rel=1e-3)
     text = explain(a, DrainPolicy(now=NOW))
     assert "host-a: score" in text and "exclude" in text and text.count("weight") == 3
+
+
+def test_a_host_inferred_from_placement_counts_half_and_says_so(fleet):
+    rows = _rows(fleet)
+    a, c = rows["host-a"], rows["host-c"]
+    assert c["incidents"] == 3 and all(e["reason"] == "no_dump" and e["host_inferred"] for e in c["evidence"])
+    assert not any(e["host_inferred"] for e in a["evidence"])
+    # the same history as host-a's, each incident at half its weight: avoided, not excluded
+    assert c["score"] == pytest.approx(a["score"] / 2, rel=1e-3) and c["action"] == "suspect"
+    assert "x inferred host 0.5" in explain(c, DrainPolicy(now=NOW))
+    full = _rows(fleet, DrainPolicy(now=NOW, inferred_host=1.0))["host-c"]
+    assert full["score"] == pytest.approx(a["score"], rel=1e-3) and full["action"] == "exclude"
 
 
 def test_the_cli_gives_json_a_slurm_list_and_the_explanation(fleet):

@@ -27,7 +27,7 @@ CASES = [
     # real torch 2.13 debug server run: rank 2 sits in its data loader (next_batch)
     ("debug_server", "job-dbg", 0, "hang", 2, "vm", "missing", None),
     # the same, rank 2 wrote no dump: its host comes from the debug server's rank -> host map
-    ("debug_server", "job-dbg", 1, "hang", 2, "vm", "no_dump", None),
+    ("debug_server", "job-dbg", 1, "hang", 2, "vm", "no_dump", "no_dump"),
     # NCCL-shaped: every first unfinished collective has all members; rank 3 never enqueued seq 7 and 8
     ("pending_tail", "job-tail", 0, "hang", 3, "node-b", "missing", "pending_tail"),
     # the same tails 2 s after they were enqueued (a periodic snapshot of a job at work)
@@ -58,6 +58,7 @@ def test_each_producer_gets_its_verdict_and_culprit(producers_lake, case):
         return
     assert (d.root.rank, d.root.host, d.root.reason, d.root.role) == (rank, host, reason, "root"), d.summary
     assert d.root.evidence == evidence
+    assert not d.root.host_inferred  # a dump, or the debug server's stacks file, names every root's host
     if evidence == "pending_tail":
         assert "weaker evidence" in d.summary and "weaker evidence" in d.root.detail
 

@@ -204,6 +204,8 @@ class CulpritRow(Base):
     stack_signature: Mapped[str | None] = mapped_column(String(64))
     stall_signature: Mapped[str | None] = mapped_column(String(64))  # the user frames' names: survives code changes
     top_frame: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(String(32))  # NULL: direct; pending_tail, unnamed_peer, no_dump
+    host_inferred: Mapped[bool | None] = mapped_column(Boolean)  # no file of the rank names its host
 
 
 class RankStat(Base):

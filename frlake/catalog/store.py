@@ -387,7 +387,7 @@ class Catalog(LakeFiles, Lifecycle):
                 CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
                            role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
                            stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
-                           top_frame=top_frame(c.stack))
+                           top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
                 for i, c in enumerate(diag.culprits)
             )
             s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)

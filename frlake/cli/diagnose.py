@@ -19,7 +19,7 @@ from frlake.cli._common import (
     open_session,
     print_detail,
 )
-from frlake.diagnose.words import detail_text, role_text, waiting_text
+from frlake.diagnose.words import detail_text, role_text, waiting_text, weaker_text
 
 if TYPE_CHECKING:
     from frlake.diagnose import Diagnosis
@@ -96,9 +96,10 @@ def render_report(diag: Diagnosis) -> None:
     root = diag.root
     if root is None:
         return
-    title = "Suspect (the data cannot tell which member changed)" if root.role == "suspect" else "Root cause"
-    console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/] ({root.reason})",
-                  highlight=False)
+    title = "Suspect (not a proven cause)" if root.role == "suspect" else "Root cause"
+    inferred = " (host inferred from the ranks beside it)" if root.host_inferred else ""
+    console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/]{inferred} "
+                  f"({root.reason})", highlight=False)
     if root.pg is not None:
         print_detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
     if root.waited_by:
@@ -109,11 +110,9 @@ def render_report(diag: Diagnosis) -> None:
         console.print(f"  typically {root.lateness_ms:.1f} ms late"
                       + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
                          if root.p_value is not None else ""))
-    weaker = f"weaker evidence ({root.evidence.replace('_', ' ')})" if root.evidence else ""
-    extra = detail_text(root.to_dict())
+    weaker, extra = weaker_text(root.to_dict()), detail_text(root.to_dict())
     if extra:  # the straggler's evidence, a suspect's reason, a weaker kind of evidence (labelled once)
-        lead = f"{weaker}: " if weaker else ""
-        print_detail(extra.removeprefix(lead), lead=lead, lead_style="yellow")
+        print_detail(extra, lead=f"{weaker}: " if weaker else "", lead_style="yellow")
     elif weaker:
         print_detail("", lead=weaker, lead_style="yellow")
     if root.stack:
@@ -125,7 +124,7 @@ def render_report(diag: Diagnosis) -> None:
                       f"{format_ns(live.get('snapshot_ns'))}; innermost first):", highlight=False, markup=False)
         _print_frames(live.get("frames") or [])
     if len(diag.culprits) > 1:
-        rows = [[c.rank, c.host or "unknown", role_text(c.to_dict()), waiting_text(c.to_dict()),
+        rows = [[c.rank, (c.host or "unknown") + (" (inferred)" if c.host_inferred else ""), role_text(c.to_dict()), waiting_text(c.to_dict()),
                  f"{c.pg_desc or ''} {c.pg or ''}".strip(), c.seq, c.op] for c in diag.culprits[1:20]]
         console.file.write("\n" + render(["rank", "host", "role", "waited for by", "group", "seq", "op"], rows,
                                          title="Also involved"))

@@ -6,13 +6,14 @@ the result is stored is the session's business (frlake/session.py)."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from dataclasses import replace
 
 import duckdb
 
 from frlake.diagnose import hang, mismatch, straggler
 from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
 from frlake.diagnose.model import WAIT_LIST, Culprit, Diagnosis, Verdict
+from frlake.diagnose.words import ranks_text
 
 
 def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,
@@ -30,7 +31,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     started = time.perf_counter()
     ev = load(con, job, attempt, durations=durations)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
-    hosts = _hosts_with_inferred(ev)
+    hosts, inferred = _hosts_with_inferred(ev)
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
@@ -43,6 +44,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     stalls = [] if ev.timing.in_flight else hang.stalls(ev)
     if not mismatches and not any(s.role == "root" for s in stalls):
         stalls = hang.pending_tail(ev) or stalls
+    stalls = _undecided_crashes(stalls, hosts)
     stalled = any(s.role in ("root", "suspect") for s in stalls)
     if not mismatches and not stalled:
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
@@ -67,7 +69,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
                           for s in stalls if s.rank not in seen]
     elif stalled:
         diag.verdict = Verdict.HANG
-        diag.culprits = [_stall_culprit(s, ev, hosts, stack_of_last) for s in stalls]
+        tied = tuple(s.rank for s in stalls if s.role == "suspect" and s.evidence == "no_dump")
+        diag.culprits = [_stall_culprit(s, ev, hosts, stack_of_last, tied=tied) for s in stalls]
     elif missing_dump:
         diag.verdict = Verdict.INCOMPLETE
         diag.culprits = [Culprit(rank=r, host=hosts.get(r), reason="no_dump", role="root",
@@ -81,6 +84,9 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
                                         f"unexplained late arrivals (p = {slow.p_value:.2g} that jitter alone does "
                                         f"this; {slow.effect_size:g} robust sd above the other ranks)")]
+    for c in diag.culprits:
+        if c.rank in inferred:
+            c.host_inferred = True
     if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
                                                                                           Verdict.INCOMPLETE):
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
@@ -91,8 +97,24 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     return diag
 
 
+def _undecided_crashes(stalls: list[hang.Stall], hosts: dict[int, str]) -> list[hang.Stall]:
+    """Roots that left no dump and that as many ranks wait for: nothing tells which of them stopped first
+    (none has an entry to date it). On one known host, that host is the root cause (a machine that went
+    down takes all its ranks with it) and they stay roots; on several hosts, or one unknown, they are
+    suspects, not causes: naming the lowest rank would be a guess."""
+    roots = [s for s in stalls if s.role == "root"]
+    if not roots or roots[0].reason != "no_dump":
+        return stalls
+    tied = {s.rank for s in roots if s.reason == "no_dump" and s.waiters == roots[0].waiters}
+    where = {hosts.get(r) for r in tied}
+    if len(tied) < 2 or (len(where) == 1 and None not in where):
+        return stalls
+    return [replace(s, role="suspect") if s.rank in tied else s for s in stalls]
+
+
 def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_last: dict[int, int | None],
-                   role: str | None = None) -> Culprit:
+                   role: str | None = None, tied: tuple[int, ...] = ()) -> Culprit:
+    """``tied``: the ranks without dumps that are suspects together (see _undecided_crashes)."""
     def named(ranks: tuple[int, ...]) -> list[dict]:
         return [{"rank": r, "host": hosts.get(r)} for r in ranks[:WAIT_LIST]]
 
@@ -101,6 +123,14 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
                   f"whose peer the dumps do not name (torchcomms records none), and this is "
                   + ("the one member of the group that waits in nothing" if s.role == "root" else
                      "one of the members that wait in nothing: a suspect, not a proven cause"))
+    elif s.evidence == "no_dump" and role is None and s.role == "suspect":
+        others = [r for r in tied if r != s.rank]
+        where = ("on other hosts" if all(r in hosts for r in tied) else "on hosts the dumps do not all name")
+        detail = (f"a suspect, not a proven cause: the same {s.waiters} rank(s) wait for it and for rank(s) "
+                  f"{ranks_text(others)}, which left no dump either, {where}; no entry tells which stopped first")
+    elif s.evidence == "no_dump" and role is None:
+        detail = (f"weaker evidence (no dump): {s.waiters} rank(s) wait for it, and it left no dump: it crashed, "
+                  f"hung before it could write one, or its file was lost; only its absence speaks")
     elif s.role == "root":
         detail = f"{s.waiters} rank(s) wait for it"
     else:
@@ -120,7 +150,8 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
             detail += " (the dumps' time is their files' mtime: their names carry no time)"
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=ev.name(s.pg),
                    pg_ranks=_split_members(ev, s.pg), pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters,
-                   stack_id=stack_of_last.get(s.rank), detail=detail, evidence=s.evidence,
+                   stack_id=stack_of_last.get(s.rank), detail=detail,
+                   evidence=None if s.evidence == "no_dump" and role == "victim" else s.evidence,
                    waiting_for=named(s.waiting_for) or None, waited_by=named(s.waited_by) or None)
 
 
@@ -157,25 +188,44 @@ def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
         c.stack = frames.get(c.stack_id) if c.stack_id is not None else None
 
 
-def _hosts_with_inferred(ev: Evidence) -> dict[int, str]:
+def _hosts_with_inferred(ev: Evidence) -> tuple[dict[int, str], set[int]]:
     """Hosts of dumped ranks; for a rank without a dump, the host of its block
-    of consecutive ranks when every dumped block lives on one host."""
+    of consecutive ranks, when the dumps show such blocks. Returns the hosts
+    and the ranks whose host is so inferred (no file of theirs names it).
+
+    A launcher such as torchrun gives each node ``nproc_per_node`` consecutive
+    ranks. The block size is the smallest, from the most ranks any host
+    dumped, that holds: every host's ranks in one block, no two hosts in one
+    block. With one rank dumped per host, or ranks dealt round-robin, nothing
+    is inferred: a guess would name a healthy host."""
     hosts = dict(ev.hosts)
     for r, h in ev.live_hosts.items():  # the debug server's rank -> host map (its stacks files' headers)
         hosts.setdefault(r, h)
     missing = [r for r in ev.world if r not in hosts]
     if not missing:
-        return hosts
-    for k in (64, 32, 16, 8, 4, 2):
-        blocks: dict[int, set[str]] = defaultdict(set)
-        for r, h in ev.hosts.items():
-            blocks[r // k].add(h)
-        if all(len(v) == 1 for v in blocks.values()) and len(blocks) > 1:
-            for r in missing:
-                if r // k in blocks:
-                    hosts[r] = next(iter(blocks[r // k]))
-            break
-    return hosts
+        return hosts, set()
+    span: dict[str, tuple[int, int, int]] = {}  # host -> (lowest rank, highest rank, ranks)
+    for r, h in ev.hosts.items():
+        lo, hi, n = span.get(h, (r, r, 0))
+        span[h] = (min(lo, r), max(hi, r), n + 1)
+    most = max((n for _, _, n in span.values()), default=0)
+    if most < 2:
+        return hosts, set()
+    for size in range(most, min(len(ev.world), _MAX_RANKS_PER_HOST) + 1):
+        block_of: dict[int, str] = {}
+        for h, (lo, hi, _) in span.items():
+            if lo // size != hi // size or lo // size in block_of:
+                break
+            block_of[lo // size] = h
+        else:
+            inferred = {r for r in missing if r // size in block_of}
+            for r in inferred:
+                hosts[r] = block_of[r // size]
+            return hosts, inferred
+    return hosts, set()
+
+
+_MAX_RANKS_PER_HOST = 1024  # no block of ranks larger is looked for
 
 
 def _progress(ev: Evidence) -> list[dict]:
@@ -214,7 +264,8 @@ def summarize(d: Diagnosis) -> str:
         return (f"{d.job} attempt {d.attempt}: {root.reason.replace('_', ' ')}{where}: rank {root.rank} on {host} "
                 f"sent {root.found}, the others {root.expected}.")
     if d.verdict is Verdict.HANG:
-        what = "left no dump (crashed?)" if root.reason == "no_dump" else "never joined"
+        if root.evidence == "no_dump":
+            return _no_dump_summary(d, where)
         if root.evidence == "unnamed_peer":
             where = f" in {root.pg_desc or 'pg'} {root.pg} ({root.op})"
             who = (f"rank {root.rank} on {host} is the one member that waits in nothing" if root.role == "root" else
@@ -229,10 +280,30 @@ def summarize(d: Diagnosis) -> str:
             return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never enqueued it "
                     f"while {root.waiters} member(s) hold it pending (weaker evidence: from the pending tail, "
                     f"the first unfinished collectives had all their members).")
-        return f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} {what}; {root.waiters} rank(s) wait for it."
+        return f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never joined; {root.waiters} rank(s) wait for it."
     if d.verdict is Verdict.STRAGGLER:
         step = f" of a {root.step_ms:.0f} ms step" if root.step_ms else ""
         return (f"{d.job} attempt {d.attempt}: straggler: rank {root.rank} on {host} arrives "
                 f"{root.lateness_ms:.1f} ms late to collectives{step}, first in the chain "
                 f"(p = {root.p_value:.2g}, {root.effect_size:g} sd above the others' jitter).")
     return f"{d.job} attempt {d.attempt}: incomplete: no dump from rank(s) {', '.join(map(str, d.ranks_missing_dump))}."
+
+
+def _no_dump_summary(d: Diagnosis, where: str) -> str:
+    """A hang whose root cause left no dump: the ranks the same waiters wait for, on one host (root causes) or
+    on several (suspects), each host marked where it is inferred."""
+    root = d.root
+    crashed = [c for c in d.culprits if c.role == root.role and c.reason == "no_dump" and c.waiters == root.waiters]
+    by_host: dict[str, list[int]] = {}
+    for c in crashed:
+        by_host.setdefault((c.host or "an unknown host") + (" (host inferred)" if c.host_inferred else ""),
+                           []).append(c.rank)
+    who = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)} on {h}" for h, rs in by_host.items())
+    head = f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait for"
+    if root.role == "suspect":
+        where = "on more than one host" if all(c.host for c in crashed) else "on hosts the dumps do not all name"
+        return (f"{head} ranks that left no dump, {where}, and nothing tells which stopped first; "
+                f"suspects, not proven causes: {who}.")
+    left = "left no dump" if len(crashed) == 1 else "left no dumps"
+    return (f"{head} {who}, which {left}: crashed, hung before writing, or lost its file "
+            f"(weaker evidence: no dump).")

@@ -30,7 +30,7 @@ class Stall:
     waiting_for: tuple[int, ...] = ()  # the ranks it waits for (none: a root cause)
     waited_by: tuple[int, ...] = ()  # the ranks that wait for it directly
     # weaker evidence: "pending_tail" (pending_tail()), "unnamed_peer" (waited for only by sends and recvs
-    # whose peer the dump does not name)
+    # whose peer the dump does not name), "no_dump" (a root that left no dump: only its absence speaks)
     evidence: str | None = None
 
 
@@ -111,8 +111,10 @@ def stalls(ev: Evidence) -> list[Stall]:
         # waited for only by ranks whose peer is not named: the root when it is the one member they can wait for
         guessed = all(w in unnamed for w in waited_by[rank])
         role = "suspect" if guessed and any(len(graph[w]) > 1 for w in waited_by[rank]) else "root"
+        # weaker evidence: a rank without a dump may have crashed, hung before it could write one, or lost its file
+        evidence = "unnamed_peer" if guessed else "no_dump" if reason == "no_dump" else None
         out.append(Stall(rank, role, reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
-                         (), tuple(sorted(waited_by[rank])), evidence="unnamed_peer" if guessed else None))
+                         (), tuple(sorted(waited_by[rank])), evidence=evidence))
     # never a rank that stopped later than a rank waiting for it could be first
     out.sort(key=lambda s: (-s.waiters, s.reason != "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
     roots = {s.rank for s in out}

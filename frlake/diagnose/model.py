@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 5  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
-# pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from)
+ALGORITHM_VERSION = 6  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+# pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
+# without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -88,7 +89,9 @@ class Culprit:
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
-    evidence: str | None = None  # how strong: None (direct), "pending_tail" (weaker: see docs/diagnose.md)
+    # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump" (see docs/diagnose.md)
+    evidence: str | None = None
+    host_inferred: bool | None = None  # True: no file of this rank names its host, its neighbours' placement does
     live_stack: dict | None = None  # its newest live stack from the debug server: source, thread, frames, ...
 
     def to_dict(self) -> dict:

@@ -52,10 +52,20 @@ def waiting_text(c: dict) -> str:
     return text
 
 
+def weaker_text(c: dict) -> str:
+    """The label of a culprit named on weaker evidence ("weaker evidence (no dump)"), or "" on direct evidence."""
+    evidence = c.get("evidence")
+    return f"weaker evidence ({evidence.replace('_', ' ')})" if evidence else ""
+
+
 def detail_text(c: dict) -> str | None:
-    """What a culprit's detail adds to its role and to who waits for it (the evidence of a straggler, why a
-    suspect is only one, a weaker kind of evidence): None when it only counts the waiters already named."""
+    """What a culprit's detail adds to its role, to who waits for it and to its weaker-evidence label (which
+    is shown beside it: the detail's own "weaker evidence (...): " is left out): the evidence of a
+    straggler, why a suspect is only one, what the weaker evidence is. None when it only counts the waiters
+    already named."""
     detail = c.get("detail")
+    if detail and c.get("evidence") and detail.startswith("weaker evidence (") and "): " in detail:
+        detail = detail.split("): ", 1)[1]
     if not detail or (c.get("waited_by") and detail == f"{c.get('waiters')} rank(s) wait for it"):
         return None
     return detail
@@ -64,6 +74,9 @@ def detail_text(c: dict) -> str | None:
 def role_text(c: dict) -> str:
     """A culprit's part in the incident."""
     reason, role = c.get("reason"), c.get("role")
+    if role == "suspect":  # the data cannot tell which of the suspects it is
+        return "suspect: " + {"no_dump": "left no dump (crashed?)", "missing": "never joined"}.get(
+            str(reason), str(reason).replace("_", " "))
     if reason == "no_dump" and role != "root":
         return "left no dump: stuck too, or crashed"
     if role == "root":

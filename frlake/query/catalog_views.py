@@ -77,7 +77,7 @@ def _culprits() -> Select:
         Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, CulpritRow.position,
         CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.role, CulpritRow.pg, CulpritRow.pg_desc,
         CulpritRow.seq, CulpritRow.op, CulpritRow.lateness_ms, CulpritRow.stack_signature, CulpritRow.stall_signature,
-        CulpritRow.top_frame,
+        CulpritRow.top_frame, CulpritRow.evidence, CulpritRow.host_inferred,
         Attempt.started_ns,
     ).join(IncidentRow, IncidentRow.id == CulpritRow.incident_id).join(
         Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)

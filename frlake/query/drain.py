@@ -12,7 +12,10 @@ it gets evidence worth 1, and then:
 - an incident that blames many hosts at once (a cascade, a switch) is shared
   among them: each of ``n`` blamed hosts gets ``1 / n``;
 - the k-th incident of the same failure family (hang, mismatch, straggler)
-  on a host counts ``1 + repeat_bonus * (k - 1)``: repeats weigh more.
+  on a host counts ``1 + repeat_bonus * (k - 1)``: repeats weigh more;
+- an incident whose host is inferred (its rank left no dump, and only where
+  the ranks beside it ran names a host) counts ``inferred_host`` of itself:
+  a guess of placement should not drain a host as a dump that names it does.
 
 The score is the sum; the thresholds name the action. Every row carries its
 evidence and the arithmetic (``--explain HOST`` prints it).
@@ -40,6 +43,7 @@ class DrainPolicy:
     suspect: float = 1.0
     avoid: float = 2.0
     exclude: float = 3.0
+    inferred_host: float = 0.5  # the weight of an incident whose host is inferred from placement
     now: datetime | None = None  # the moment the policy is applied (default: now, UTC)
 
     def action(self, score: float) -> str:
@@ -57,7 +61,8 @@ _INCIDENTS = """
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
     ), roots AS (
-      SELECT c.job, c.attempt, c.rank, c.host, c.reason, c.verdict, att.started_ns
+      SELECT c.job, c.attempt, c.rank, c.host, c.reason, c.verdict, coalesce(c.host_inferred, false) AS inferred,
+             att.started_ns
       FROM culprits c JOIN att USING (job, attempt)
       WHERE c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ('hang', 'mismatch', 'straggler')
     ), blamed AS (
@@ -66,9 +71,9 @@ _INCIDENTS = """
       SELECT job, attempt, host, min(rank) AS base FROM dumps GROUP BY ALL
     )
     SELECT r.host, r.job, r.attempt, r.rank, r.rank - b.base AS local_rank, r.reason, r.verdict, r.started_ns,
-           bl.n_hosts
+           bl.n_hosts, r.inferred
     FROM roots r JOIN blamed bl USING (job, attempt) LEFT JOIN base b USING (job, attempt, host)
-    QUALIFY row_number() OVER (PARTITION BY r.host, r.job, r.attempt ORDER BY r.rank) = 1
+    QUALIFY row_number() OVER (PARTITION BY r.host, r.job, r.attempt ORDER BY r.inferred, r.rank) = 1
     ORDER BY r.host, r.started_ns, r.job, r.attempt
 """
 # every attempt each host took part in, and whether it held a root cause there
@@ -101,7 +106,7 @@ def drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = No
         blamed_at = {(job, attempt) for _, job, attempt, *_ in items}
         seen_family: dict[str, int] = {}
         evidence = []
-        for _, job, attempt, rank, local_rank, reason, verdict, started, n_hosts in items:
+        for _, job, attempt, rank, local_rank, reason, verdict, started, n_hosts, inferred in items:
             family = FAMILY.get(reason, "mismatch")
             k = seen_family[family] = seen_family.get(family, 0) + 1
             age_days = max(0.0, (now_ns - (started or now_ns)) / 86400e9)
@@ -110,12 +115,14 @@ def drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = No
             cleared = 0.5 ** (clean_since / policy.clean_half_life)
             share = 1.0 / max(1, n_hosts)
             repeat = 1.0 + policy.repeat_bonus * (k - 1)
-            weight = decay * cleared * share * repeat
+            guessed = policy.inferred_host if inferred else 1.0
+            weight = decay * cleared * share * repeat * guessed
             evidence.append({
                 "job": job, "attempt": attempt, "rank": rank, "gpu": None if local_rank is None else int(local_rank),
                 "reason": reason, "family": family, "started_at": _iso(started), "age_days": round(age_days, 2),
                 "decay": round(decay, 4), "clean_attempts_since": clean_since, "cleared": round(cleared, 4),
                 "hosts_blamed": n_hosts, "share": round(share, 4), "repeat": k, "repeat_factor": repeat,
+                "host_inferred": bool(inferred), "inferred_factor": guessed,
                 "weight": round(weight, 4),
             })
         score = sum(e["weight"] for e in evidence)
@@ -153,7 +160,8 @@ def explain(row: dict, policy: DrainPolicy = DrainPolicy()) -> str:
         lines.append(
             f"    weight {e['weight']:.4f} = decay 0.5^({e['age_days']} d / {policy.half_life_days:g} d) "
             f"{e['decay']:.4f} x cleared 0.5^({e['clean_attempts_since']} clean / {policy.clean_half_life:g}) "
-            f"{e['cleared']:.4f} x share 1/{e['hosts_blamed']} x repeat {e['repeat_factor']:g}")
+            f"{e['cleared']:.4f} x share 1/{e['hosts_blamed']} x repeat {e['repeat_factor']:g}"
+            + (f" x inferred host {e['inferred_factor']:g}" if e.get("host_inferred") else ""))
     return "\n".join(lines)
 
 

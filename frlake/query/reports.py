@@ -27,6 +27,7 @@ from frlake.diagnose.model import INCIDENT_VERDICTS
 
 Z = 1.96  # 95% Wilson lower bound
 _INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
+_BLAMED = ", ".join(f"'{v}'" for v in (*INCIDENT_VERDICTS, "straggler"))  # ... or straggled: a host is to blame
 
 
 def parse_when(text: str) -> date | datetime:
@@ -93,13 +94,14 @@ FLAKY_HOSTS = f"""
       UNION
       SELECT DISTINCT c.host, c.job, c.attempt FROM culprits c JOIN att USING (job, attempt) WHERE c.host IS NOT NULL
     ),
-    blamed AS (
-      SELECT c.host, c.job, c.attempt, c.reason, att.started_ns FROM culprits c JOIN att USING (job, attempt)
-      WHERE c.position = 0 AND c.role = 'root' AND c.host IS NOT NULL
+    blamed AS (  -- the root cause of an attempt that stopped or straggled (an incomplete one blames nobody)
+      SELECT c.host, c.job, c.attempt, c.reason, coalesce(c.host_inferred, false) AS host_inferred, att.started_ns
+      FROM culprits c JOIN att USING (job, attempt)
+      WHERE c.position = 0 AND c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ({_BLAMED})
     ),
     per AS (
       SELECT u.host, count(*) AS attempts, count(b.job) AS culprit_attempts,
-             list(struct_pack(job := b.job, attempt := b.attempt, reason := b.reason,
+             list(struct_pack(job := b.job, attempt := b.attempt, reason := b.reason, host_inferred := b.host_inferred,
                               started_at := make_timestamp(b.started_ns // 1000)) ORDER BY b.started_ns, b.job, b.attempt)
                FILTER (WHERE b.job IS NOT NULL) AS evidence
       FROM used u LEFT JOIN blamed b USING (host, job, attempt)

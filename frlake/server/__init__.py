@@ -87,7 +87,15 @@ def create_app(config: ServerConfig) -> Flask:
     app.register_blueprint(ui.bp)
     errors.register(app)
     app.teardown_appcontext(context.teardown)
-    from frlake.diagnose.words import detail_text, hosts_text, ranks_on_hosts, ranks_text, role_text, waiting_text
+    from frlake.diagnose.words import (
+        detail_text,
+        hosts_text,
+        ranks_on_hosts,
+        ranks_text,
+        role_text,
+        waiting_text,
+        weaker_text,
+    )
 
     app.add_template_filter(_when, "ns_time")
     app.add_template_filter(_when, "when")
@@ -97,6 +105,7 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(ranks_text, "ranks_text")
     app.add_template_filter(hosts_text, "hosts_text")
     app.add_template_filter(detail_text, "detail_text")
+    app.add_template_filter(weaker_text, "weaker_text")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
     if config.watch is not None:

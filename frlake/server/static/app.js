@@ -139,6 +139,7 @@ const pointValues = {  // draws each point's value beside it when there is room:
       if (!chart.isDatasetVisible(i)) return;
       chart.getDatasetMeta(i).data.forEach((point, j) => {
         const raw = ds.data[j];
+        if (ctx.measureText(raw.text).width > dx - 2) return;  // "no dump" is wider than a number: no overlaps
         ctx.fillStyle = raw.unknown ? "#757575" : raw.late === undefined ? "#4a148c" : "#333";
         ctx.fillText(raw.text, point.x, point.y - 6);
       });
