@@ -142,3 +142,18 @@ def test_record_ids_that_restart_after_a_reset(tmp_path):
     assert d.verdict == "hang"
     assert (d.root.rank, d.root.host, d.root.reason) == (6, truth["culprit_host"], "missing")
     assert {c.rank for c in d.culprits if c.role == "root"} == {6}
+
+
+def test_a_lost_dump_of_a_job_that_finished_its_collectives_is_no_hang(tmp_path):
+    """NCCL-shaped dumps in which every collective completed, rank 3's file lost: a completed collective had
+    all its members, so nobody waits for rank 3, and the attempt is incomplete, not a hang on rank 3."""
+    from datetime import UTC, datetime
+
+    from tests.fleet import Attempt, write
+
+    write(tmp_path / "nfs", [Attempt("idle", 0, datetime(2026, 11, 1, tzinfo=UTC), ["h0", "h0", "h1", "h1"],
+                                     crashed=[3])])
+    d = _diagnose_tree(tmp_path, tmp_path / "nfs", "idle")
+    assert d.verdict == "incomplete", d.summary
+    assert [(c.rank, c.reason, c.evidence) for c in d.culprits] == [(3, "no_dump", "no_dump")]
+

@@ -53,7 +53,8 @@ def waits_for(ev: Evidence) -> tuple[dict[int, set[int]], set[int]]:
 
     for rank, last in ev.last.items():
         targets: set[int] = set()
-        if last.is_p2p and last.peer is None and last.pg is not None and last.state != "completed":
+        done = last.state == "completed"  # every op of its dump done: a member without a dump joined them
+        if last.is_p2p and last.peer is None and last.pg is not None and not done:
             targets = {m for m in ev.members.get(last.pg, []) if m != rank and _idle(ev, m)}
             if targets:
                 unnamed.add(rank)
@@ -61,10 +62,13 @@ def waits_for(ev: Evidence) -> tuple[dict[int, set[int]], set[int]]:
             peer = last.peer
             if peer is not None and peer != rank:
                 peer_last = ev.last.get(peer)
-                if peer_last is None or (peer_last.t is not None and last.t is not None and peer_last.t < last.t):
+                if (peer_last is None and not done) or (peer_last is not None and peer_last.t is not None
+                                                        and last.t is not None and peer_last.t < last.t):
                     targets.add(peer)
         elif last.pg is not None and last.seq is not None:
             targets = set(missing_at(last.pg, last.seq) - {rank})
+            if done:  # only a dump that lacks the collective contradicts its completion
+                targets &= ev.hosts.keys()
         graph[rank] = targets
     return graph, unnamed
 
