@@ -316,8 +316,9 @@ class Frlake:
 
         if complete is None:  # the stored report is read only if it holds the mark
             complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])
+        claimed = self.catalog.claimed_twice(job, attempt)
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
-            diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise)
+            diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed)
             return diag, attempt_summary(con, job, attempt) if summarise else None
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:

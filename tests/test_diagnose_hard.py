@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import frlake
 from frlake.config import Settings
 from tests.helpers import ROOT, diagnose, ingest, load_trusted
 
@@ -156,4 +157,23 @@ def test_a_lost_dump_of_a_job_that_finished_its_collectives_is_no_hang(tmp_path)
     d = _diagnose_tree(tmp_path, tmp_path / "nfs", "idle")
     assert d.verdict == "incomplete", d.summary
     assert [(c.rank, c.reason, c.evidence) for c in d.culprits] == [(3, "no_dump", "no_dump")]
+
+
+def test_a_dump_copied_into_another_hosts_folder_names_no_host(tmp_path):
+    """Rank 5's dump, copied into node-0000's folder by mistake, sorts before the original in node-0001's:
+    the copy's place won, and the culprit was named on node-0000. The bytes cannot tell which host ran it."""
+    truth = write_job(tmp_path / "nfs", 8, 100, job="dup", fault="missing_last", culprit=5, seed=3,
+                      ranks_per_host=4, procs=1)
+    original = next((tmp_path / "nfs").rglob("rank_5"))
+    assert original.parent.name == truth["culprit_host"] == "node-0001"
+    shutil.copy(original, original.parent.parent / "node-0000" / "rank_5_copy")
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([tmp_path / "nfs"], settings)
+    with frlake.Frlake(settings) as fl:
+        files = fl.query("SELECT status, reason, host FROM files WHERE rank = 5 ORDER BY status").rows
+        d = fl.diagnose("dup", 0)
+    assert files == [("duplicate", "claimed_twice", "node-0001"), ("ingested", None, "node-0000")]
+    assert (d.verdict, d.root.rank, d.root.host) == ("hang", 5, None)
+    assert d.root.hosts_claimed == ["node-0000", "node-0001"]
+    assert "node-0000 or node-0001" in d.summary
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 # Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0012"
+HEAD_REVISION = "0013"
 WRITE = "frlake_write"  # execution option of a session that will write
 # What reverting each migration throws away (``frlake db downgrade`` asks first).
 DOWNGRADE_LOSES: dict[str, str] = {
@@ -33,6 +33,7 @@ DOWNGRADE_LOSES: dict[str, str] = {
             "files mix old and new ones (compact the lake with this frlake first)",
     "0012": "how strong each culprit's evidence is and which hosts were inferred (frlake rediagnose finds them "
             "again; the drain report counts inferred hosts in full without them)",
+    "0013": "nothing (an index)",
 }
 
 

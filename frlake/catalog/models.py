@@ -101,7 +101,7 @@ class SourceFile(Base):
     """A file (or archive member) seen at a path, one row per distinct content."""
 
     __tablename__ = "files"
-    __table_args__ = (Index("ix_files_path_current", "path", "is_current"),)
+    __table_args__ = (Index("ix_files_path_current", "path", "is_current"), Index("ix_files_job_attempt", "job", "attempt"))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     path: Mapped[str] = mapped_column(Text)
     size: Mapped[int] = mapped_column(BigInteger)

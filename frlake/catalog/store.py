@@ -35,6 +35,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# The reason of a duplicate whose place (path) names another rank or host than the dump already in the lake
+# holds: which is true the bytes cannot tell, and the diagnosis names no host for that rank (claimed_twice).
+CLAIMED_TWICE = "claimed_twice"
+
+
 @dataclass(frozen=True)
 class FileState:
     path: str
@@ -451,6 +456,27 @@ class Catalog(LakeFiles, Lifecycle):
                        .where(Dump.attempt_id.in_(select(matching.c.id))).subquery())
             return {"verdict": counts(matching.c.verdict, matching), "host": counts(by_host.c.host, by_host),
                     "reason": counts(matching.c.reason, matching)}
+
+    def claimed_twice(self, job: str, attempt: int) -> dict[int, list[str]]:
+        """The ranks of an attempt whose dump's bytes were also found in another host's place (a copy of a
+        folder): rank -> every host that claims them, sorted. Which one ran the rank the bytes cannot tell."""
+        with self.session() as s:
+            copies = s.execute(select(SourceFile.sha256, SourceFile.host).where(
+                SourceFile.job == job, SourceFile.attempt == attempt, SourceFile.is_current.is_(True),
+                SourceFile.status == "duplicate", SourceFile.reason == CLAIMED_TWICE)).all()
+            if not copies:
+                return {}
+            dumps = s.execute(
+                select(Dump.sha256, Dump.rank, Dump.host).join(Attempt, Attempt.id == Dump.attempt_id)
+                .join(Job, Job.id == Attempt.job_id)
+                .where(Job.name == job, Attempt.number == attempt, Dump.sha256.in_({sha for sha, _ in copies}))
+            ).all()
+        out: dict[int, list[str]] = {}
+        for sha, rank, host in dumps:
+            hosts = {host} | {h for copied, h in copies if copied == sha and h is not None}
+            if len(hosts) > 1:
+                out[rank] = sorted(hosts)
+        return out
 
     def marked_complete(self, attempts: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
         """Which of these attempts a user said are complete (no more dumps

@@ -97,7 +97,8 @@ def render_report(diag: Diagnosis) -> None:
     if root is None:
         return
     title = "Suspect (not a proven cause)" if root.role == "suspect" else "Root cause"
-    inferred = " (host inferred from the ranks beside it)" if root.host_inferred else ""
+    inferred = (" (host inferred from the ranks beside it)" if root.host_inferred else
+                f" (its dump is in the folders of {', '.join(root.hosts_claimed)})" if root.hosts_claimed else "")
     console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/]{inferred} "
                   f"({root.reason})", highlight=False)
     if root.pg is not None:

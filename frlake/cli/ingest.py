@@ -146,7 +146,8 @@ def _print_diagnosed(diagnosed: list[dict]) -> None:
         roots = [c for c in d["culprits"] if c.get("role") == "root"]
         suspects = [] if roots else [c for c in d["culprits"] if c.get("role") == "suspect"]
         roots = roots or suspects
-        cause = ", ".join(f"rank {c['rank']} on {c.get('host') or '?'}{' (inferred)' if c.get('host_inferred') else ''}"
+        cause = ", ".join(f"rank {c['rank']} on {c.get('host') or ' or '.join(c.get('hosts_claimed') or ['?'])}"
+                          f"{' (inferred)' if c.get('host_inferred') else ''}"
                           for c in roots[:2])
         if suspects:
             cause = f"suspect{'s' if len(suspects) > 1 else ''}: {cause}"

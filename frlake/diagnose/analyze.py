@@ -13,11 +13,11 @@ import duckdb
 from frlake.diagnose import hang, mismatch, straggler
 from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
 from frlake.diagnose.model import WAIT_LIST, Culprit, Diagnosis, Verdict
-from frlake.diagnose.words import ranks_text
+from frlake.diagnose.words import host_words, ranks_text
 
 
 def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,
-                     durations: bool = False) -> Diagnosis:
+                     durations: bool = False, claimed: dict[int, list[str]] | None = None) -> Diagnosis:
     """Apply the verdict rules in their order of precedence (see Verdict).
 
     ``complete``: a user said no more dumps of this attempt will come. Without
@@ -27,11 +27,15 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     which the data cannot tell. A mismatch among the dumps there are stands.
 
     ``durations``: the entries the diagnosis reads keep their durations, for
-    the attempt's summary tables (frlake.query.links.summarise)."""
+    the attempt's summary tables (frlake.query.links.summarise).
+
+    ``claimed``: rank -> the hosts whose folders hold its dump's bytes, where more than one does (a copy:
+    Catalog.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``)."""
     started = time.perf_counter()
     ev = load(con, job, attempt, durations=durations)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
-    hosts, inferred = _hosts_with_inferred(ev)
+    claimed = claimed or {}
+    hosts, inferred = _hosts_with_inferred(ev, set(claimed))
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
@@ -88,6 +92,11 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     for c in diag.culprits:
         if c.rank in inferred:
             c.host_inferred = True
+        if c.rank in claimed:
+            c.hosts_claimed = claimed[c.rank]
+            c.detail = ((c.detail + "; ") if c.detail else "") + (
+                f"its dump's bytes are in the folders of {len(claimed[c.rank])} hosts ({', '.join(claimed[c.rank])}): "
+                "which one ran it they cannot tell, so no host is named")
     if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
                                                                                           Verdict.INCOMPLETE):
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
@@ -189,7 +198,7 @@ def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
         c.stack = frames.get(c.stack_id) if c.stack_id is not None else None
 
 
-def _hosts_with_inferred(ev: Evidence) -> tuple[dict[int, str], set[int]]:
+def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str], set[int]]:
     """Hosts of dumped ranks; for a rank without a dump, the host of its block
     of consecutive ranks, when the dumps show such blocks. Returns the hosts
     and the ranks whose host is so inferred (no file of theirs names it).
@@ -198,15 +207,18 @@ def _hosts_with_inferred(ev: Evidence) -> tuple[dict[int, str], set[int]]:
     ranks. The block size is the smallest, from the most ranks any host
     dumped, that holds: every host's ranks in one block, no two hosts in one
     block. With one rank dumped per host, or ranks dealt round-robin, nothing
-    is inferred: a guess would name a healthy host."""
-    hosts = dict(ev.hosts)
+    is inferred: a guess would name a healthy host. ``unsure``: ranks whose
+    dump is in several hosts' folders; they get no host and show no block."""
+    hosts = {r: h for r, h in ev.hosts.items() if r not in unsure}
     for r, h in ev.live_hosts.items():  # the debug server's rank -> host map (its stacks files' headers)
         hosts.setdefault(r, h)
-    missing = [r for r in ev.world if r not in hosts]
+    missing = [r for r in ev.world if r not in hosts and r not in unsure]
     if not missing:
         return hosts, set()
     span: dict[str, tuple[int, int, int]] = {}  # host -> (lowest rank, highest rank, ranks)
-    for r, h in ev.hosts.items():
+    for r, h in hosts.items():
+        if r not in ev.hosts:
+            continue
         lo, hi, n = span.get(h, (r, r, 0))
         span[h] = (min(lo, r), max(hi, r), n + 1)
     most = max((n for _, _, n in span.values()), default=0)
@@ -255,7 +267,7 @@ def summarize(d: Diagnosis) -> str:
     if root is None:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
     where = f" in {root.pg_desc or 'pg'} {root.pg} at seq {root.seq} ({root.op})" if root.pg is not None else ""
-    host = root.host or "unknown host"
+    host = host_words(root)
     if d.verdict is Verdict.MISMATCH and root.role == "suspect":
         suspects = [c for c in d.culprits if c.role == "suspect" and (c.pg, c.seq) == (root.pg, root.seq)]
         named = ", ".join(f"rank {c.rank} on {c.host or 'unknown host'} ({c.found})" for c in suspects)
@@ -297,8 +309,7 @@ def _no_dump_summary(d: Diagnosis, where: str) -> str:
     crashed = [c for c in d.culprits if c.role == root.role and c.reason == "no_dump" and c.waiters == root.waiters]
     by_host: dict[str, list[int]] = {}
     for c in crashed:
-        by_host.setdefault((c.host or "an unknown host") + (" (host inferred)" if c.host_inferred else ""),
-                           []).append(c.rank)
+        by_host.setdefault(host_words(c), []).append(c.rank)
     who = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)} on {h}" for h, rs in by_host.items())
     head = f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait for"
     if root.role == "suspect":

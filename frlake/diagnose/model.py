@@ -8,7 +8,7 @@ from enum import Enum
 ALGORITHM_VERSION = 6  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
 # pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
 # without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects,
-# a rank whose ops all completed waits for no member without a dump
+# a rank whose ops all completed waits for no member without a dump, a dump in two hosts' folders names no host
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -93,6 +93,7 @@ class Culprit:
     # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump" (see docs/diagnose.md)
     evidence: str | None = None
     host_inferred: bool | None = None  # True: no file of this rank names its host, its neighbours' placement does
+    hosts_claimed: list[str] | None = None  # its dump's bytes are in these hosts' folders: host is None
     live_stack: dict | None = None  # its newest live stack from the debug server: source, thread, frames, ...
 
     def to_dict(self) -> dict:

@@ -19,6 +19,17 @@ def ranks_on_hosts(ranks: list[dict] | None, most_hosts: int = 6) -> str:
     return "; ".join(parts) + (" ..." if more else "")
 
 
+def host_words(c) -> str:
+    """Where a culprit (a Culprit or its dict) ran, as the summary says it: its host, marked where it is
+    inferred; the hosts whose folders all hold its dump; or "an unknown host"."""
+    get = c.get if isinstance(c, dict) else lambda k: getattr(c, k)
+    if get("hosts_claimed"):
+        return " or ".join(get("hosts_claimed")) + " (its dump is in each one's folder)"
+    if get("host"):
+        return get("host") + (" (host inferred)" if get("host_inferred") else "")
+    return "an unknown host"
+
+
 def hosts_text(hosts, most: int = 6) -> str:
     """Host names, at most ``most`` of them, then how many in all."""
     hosts = list(hosts)
