@@ -12,7 +12,7 @@ import pytest
 
 import frlake
 from frlake.config import Settings
-from tests.helpers import ROOT, diagnose, ingest, load_trusted
+from tests.helpers import FIXTURES, ROOT, diagnose, ingest, load_trusted
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402
@@ -176,4 +176,30 @@ def test_a_dump_copied_into_another_hosts_folder_names_no_host(tmp_path):
     assert (d.verdict, d.root.rank, d.root.host) == ("hang", 5, None)
     assert d.root.hosts_claimed == ["node-0000", "node-0001"]
     assert "node-0000 or node-0001" in d.summary
+
+
+UNRECORDED = FIXTURES / "real" / "unrecorded_p2p"
+
+
+def test_ranks_held_up_in_unrecorded_sends_are_suspects_not_causes(tmp_path):
+    """Real gloo dumps (tests/fixtures/real/unrecorded_p2p): rank 4 sleeps outside any collective; ranks 0
+    and 1 wait in a send or recv to it or its partner, which gloo does not record, so they too look as if
+    they never joined the next all_reduce. Fewer ranks wait for them, and every one of those waits for rank
+    4 as well: they were named root causes beside it (and blamed host-a in the drain report)."""
+    settings = Settings.resolve(tmp_path / "lake")
+    assert ingest([UNRECORDED / "job-stuck", UNRECORDED / "job-lost"], settings).rejected == 0
+    d = diagnose(settings, "job-stuck", 0, store=False)
+    assert (d.verdict, d.root.rank, d.root.host, d.root.role) == ("hang", 4, "host-c", "root")
+    assert [c.rank for c in d.culprits if c.role == "root"] == [4]
+    held = {c.rank: c for c in d.culprits if c.role == "suspect"}
+    assert sorted(held) == [0, 1] and all("waits for rank 4 too" in c.detail for c in held.values())
+
+
+def test_a_dumped_rank_that_never_joined_outranks_a_lost_file(tmp_path):
+    """job-lost: rank 3 never joins; rank 6's file is lost, and as many ranks wait for it as for rank 3.
+    The dump that shows rank 3 never joined comes first: the lost file was named first, on host-d."""
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([UNRECORDED / "job-lost"], settings)
+    d = diagnose(settings, "job-lost", 0, store=False)
+    assert (d.verdict, d.root.rank, d.root.host, d.root.reason) == ("hang", 3, "host-b", "missing"), d.summary
 

@@ -133,6 +133,10 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
                   f"whose peer the dumps do not name (torchcomms records none), and this is "
                   + ("the one member of the group that waits in nothing" if s.role == "root" else
                      "one of the members that wait in nothing: a suspect, not a proven cause"))
+    elif s.explained_by is not None and role is None:
+        detail = (f"a suspect, not a proven cause: it never joined seq {s.seq} either, but every rank that waits "
+                  f"for it waits for rank {s.explained_by} too, which more ranks wait for; it may be held up by "
+                  f"that rank in an op the dump does not record (gloo records no sends or recvs)")
     elif s.evidence == "no_dump" and role is None and s.role == "suspect":
         others = [r for r in tied if r != s.rank]
         where = ("on other hosts" if all(r in hosts for r in tied) else "on hosts the dumps do not all name")

@@ -11,7 +11,7 @@ many ranks wait for them (transitively), then by who stopped first.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from frlake.diagnose.evidence import Evidence
 
@@ -32,6 +32,7 @@ class Stall:
     # weaker evidence: "pending_tail" (pending_tail()), "unnamed_peer" (waited for only by sends and recvs
     # whose peer the dump does not name), "no_dump" (a root that left no dump: only its absence speaks)
     evidence: str | None = None
+    explained_by: int | None = None  # a root made a suspect: every rank that waits for it waits for this one too
 
 
 def waits_for(ev: Evidence) -> tuple[dict[int, set[int]], set[int]]:
@@ -94,14 +95,17 @@ def stalls(ev: Evidence) -> list[Stall]:
     if not waited_by:
         return []
 
-    def transitive_waiters(rank: int) -> int:
+    def all_waiters(rank: int) -> set[int]:
         seen, todo = {rank}, deque([rank])
         while todo:
             for w in waited_by.get(todo.popleft(), ()):
                 if w not in seen:
                     seen.add(w)
                     todo.append(w)
-        return len(seen) - 1
+        return seen - {rank}
+
+    def transitive_waiters(rank: int) -> int:
+        return len(all_waiters(rank))
 
     out: list[Stall] = []
     for rank in waited_by:
@@ -119,8 +123,10 @@ def stalls(ev: Evidence) -> list[Stall]:
         evidence = "unnamed_peer" if guessed else "no_dump" if reason == "no_dump" else None
         out.append(Stall(rank, role, reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
                          (), tuple(sorted(waited_by[rank])), evidence=evidence))
+    # at as many waiters, a dump that shows the rank never joined before a rank only known by its absence;
     # never a rank that stopped later than a rank waiting for it could be first
-    out.sort(key=lambda s: (-s.waiters, s.reason != "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
+    out.sort(key=lambda s: (-s.waiters, s.reason == "no_dump", s.stopped_at if s.stopped_at is not None else -1, s.rank))
+    out = _explained(out, all_waiters)
     roots = {s.rank for s in out}
     # victims: ranks behind in a group, in order of distance from the roots
     depth = {r: 0 for r in roots}
@@ -139,6 +145,21 @@ def stalls(ev: Evidence) -> list[Stall]:
                              ev.last[rank].t if rank in ev.last else None, tuple(sorted(graph.get(rank, ()))),
                              tuple(sorted(waited_by[rank]))))
     return out + victims
+
+
+def _explained(roots: list[Stall], all_waiters) -> list[Stall]:
+    """A root that fewer ranks wait for than the first, and whose every waiter waits (directly or not) for
+    the first too, explains nothing the first does not: it is a suspect, not a cause. It is often held up by
+    the first in an op the dump does not record (gloo records no sends or recvs: a rank blocked in a send
+    to the culprit looks like a rank that stopped outside any collective). Roots as many ranks wait for as
+    the first (a cascade) all stay roots: nothing ranks one above another."""
+    first = next((s for s in roots if s.role == "root"), None)
+    if first is None:
+        return roots
+    behind_first = all_waiters(first.rank)
+    return [replace(s, role="suspect", explained_by=first.rank)
+            if s is not first and s.role == "root" and s.waiters < first.waiters and set(s.waited_by) <= behind_first
+            else s for s in roots]
 
 
 def pending_tail(ev: Evidence) -> list[Stall]:
