@@ -299,24 +299,25 @@ class Frlake:
         its summaries: they are those of the revision it is still at (at
         16,384 ranks they cost as much again as the diagnosis)."""
         # read before the views: never newer than they
-        revision, due = self.catalog.diagnosis_state(job, attempt) or (0, True)
-        diag, summaries = self._analyse(job, attempt, complete, summarise=due or resummarise)
+        revision, due, copies = self.catalog.diagnosis_state(job, attempt) or (0, True, True)
+        diag, summaries = self._analyse(job, attempt, complete, summarise=due or resummarise, copies=copies)
         writer.store(diag, revision, summaries)  # no summaries: the stored ones stay
         return diag
 
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,
-                 summarise: bool = False) -> tuple[Diagnosis, object]:
+                 summarise: bool = False, copies: bool = True) -> tuple[Diagnosis, object]:
         """The diagnosis, and with ``summarise`` the attempt's
         :class:`~frlake.summaries.AttemptSummary` (else None). Each
         attempt is read through views over its own files only, so a diagnosis
         costs the same however long the history is. ``complete`` None: as the
-        stored diagnosis says (a user's mark is never lost)."""
+        stored diagnosis says (a user's mark is never lost). ``copies`` False: the caller knows that no file
+        holds a copy of the attempt's dumps in another place (Catalog.diagnosis_state)."""
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.summaries import summarise as attempt_summary
 
         if complete is None:  # the stored report is read only if it holds the mark
             complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])
-        claimed = self.catalog.claimed_twice(job, attempt)
+        claimed = self.catalog.claimed_twice(job, attempt) if copies else {}
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed)
             return diag, attempt_summary(con, job, attempt) if summarise else None

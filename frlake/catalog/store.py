@@ -531,16 +531,20 @@ class Catalog(LakeFiles, Lifecycle):
                 .where(Job.name == job, Attempt.number == attempt)
             )
 
-    def diagnosis_state(self, job: str, attempt: int) -> tuple[int, bool] | None:
-        """The attempt's revision, and whether its diagnosis is due (None if
-        the lake has no such attempt). Not due: the stored diagnosis, and the
-        summary tables stored with it, are of this revision."""
+    def diagnosis_state(self, job: str, attempt: int) -> tuple[int, bool, bool] | None:
+        """The attempt's revision, whether its diagnosis is due, and whether
+        a file holds a copy of one of its dumps in another place (see
+        claimed_twice); None if the lake has no such attempt. Not due: the
+        stored diagnosis, and the summary tables stored with it, are of this
+        revision."""
+        copies = select(SourceFile.id).where(
+            SourceFile.job == job, SourceFile.attempt == attempt, SourceFile.reason == CLAIMED_TWICE).exists()
         with self.session() as s:
             row = s.execute(
-                select(Attempt.revision, Attempt.diagnosis_due).join(Job, Job.id == Attempt.job_id)
+                select(Attempt.revision, Attempt.diagnosis_due, copies).join(Job, Job.id == Attempt.job_id)
                 .where(Job.name == job, Attempt.number == attempt)
             ).first()
-        return None if row is None else (row[0] or 0, bool(row[1]))
+        return None if row is None else (row[0] or 0, bool(row[1]), bool(row[2]))
 
     def pending_diagnoses(self) -> list[tuple[str, int]]:
         """Attempts whose stored diagnosis is missing or older than their dumps."""
