@@ -77,8 +77,10 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
         diag.culprits = [_stall_culprit(s, ev, hosts, stack_of_last, tied=tied) for s in stalls]
     elif missing_dump:
         diag.verdict = Verdict.INCOMPLETE
-        diag.culprits = [Culprit(rank=r, host=hosts.get(r), reason="no_dump", role="root", evidence="no_dump",
-                                 detail="no dump file from this rank, and nothing in the others' dumps waits for it")
+        # nothing shows that anything went wrong: a rank is named only because its dump is missing
+        diag.culprits = [Culprit(rank=r, host=hosts.get(r), reason="no_dump", role="suspect", evidence="no_dump",
+                                 detail="no dump file from this rank, and nothing in the others' dumps waits for it: "
+                                        "a suspect only because its dump is missing")
                          for r in missing_dump]
     elif slow is not None:
         diag.verdict = Verdict.STRAGGLER
