@@ -156,7 +156,8 @@ def test_a_lost_dump_of_a_job_that_finished_its_collectives_is_no_hang(tmp_path)
                                      crashed=[3])])
     d = _diagnose_tree(tmp_path, tmp_path / "nfs", "idle")
     assert d.verdict == "incomplete", d.summary
-    assert [(c.rank, c.reason, c.evidence) for c in d.culprits] == [(3, "no_dump", "no_dump")]
+    # nothing shows that anything went wrong: the rank is a suspect only because its dump is missing
+    assert [(c.rank, c.reason, c.evidence, c.role) for c in d.culprits] == [(3, "no_dump", "no_dump", "suspect")]
 
 
 def test_a_dump_copied_into_another_hosts_folder_names_no_host(tmp_path):
