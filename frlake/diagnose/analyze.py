@@ -222,8 +222,8 @@ def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str]
     if not missing:
         return hosts, set()
     span: dict[str, tuple[int, int, int]] = {}  # host -> (lowest rank, highest rank, ranks)
-    for r, h in hosts.items():
-        if r not in ev.hosts:
+    for r, h in ev.hosts.items():  # the dumped ranks, as their dumps place them
+        if r in unsure:
             continue
         lo, hi, n = span.get(h, (r, r, 0))
         span[h] = (min(lo, r), max(hi, r), n + 1)

@@ -62,6 +62,8 @@ VERDICTS = tuple(v.value for v in Verdict)
 # Every culprit reason the rules give (Culprit.reason), for filters that check what they are given.
 REASONS = ("missing", "no_dump", "type_mismatch", "size_mismatch", "dtype_mismatch", "state_mismatch", "straggler")
 INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
+# The verdicts whose root cause blames a host (the flaky-hosts and drain reports): stopped, or straggled.
+BLAMED_VERDICTS = (*INCIDENT_VERDICTS, Verdict.STRAGGLER.value)
 
 
 @dataclass

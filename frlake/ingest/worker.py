@@ -289,16 +289,16 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
                 rank, host = known.get(key, {}).get((ident.job, ident.attempt), (None, None))
                 if rank is None:
                     rank, host = holders_of(ctx, key)[(ident.job, ident.attempt)]
-                held = (f"the same bytes are already in the lake as job {ident.job!r} attempt {ident.attempt} "
-                        f"rank {rank} host {host!r}")
-                if (ident.rank, ident.host) != (rank, host):  # a copy in another rank's or host's place
-                    result.files.append(FileRecord(
-                        src.key, src.size, src.mtime_ns, key, "duplicate", CLAIMED_TWICE,
-                        f"{held}, and this file's place says rank {ident.rank} host {ident.host!r}: which is "
-                        "true the bytes cannot tell", ident.job, ident.attempt, ident.host, ident.rank))
-                    continue
-                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, key, "duplicate", None, held,
-                                               ident.job, ident.attempt, host, rank))
+                detail = (f"the same bytes are already in the lake as job {ident.job!r} attempt {ident.attempt} "
+                          f"rank {rank} host {host!r}")
+                moved = (ident.rank, ident.host) != (rank, host)  # a copy in another rank's or host's place
+                if moved:
+                    detail += (f", and this file's place says rank {ident.rank} host {ident.host!r}: which is true "
+                               "the bytes cannot tell")
+                    rank, host = ident.rank, ident.host  # the file's row: the identity its own place names
+                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, key, "duplicate",
+                                               CLAIMED_TWICE if moved else None, detail, ident.job, ident.attempt,
+                                               host, rank))
                 continue
             known.setdefault(key, {})[(ident.job, ident.attempt)] = (ident.rank, ident.host)
             yield from raw_copy(key, data)

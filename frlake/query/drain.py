@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from frlake.diagnose.model import BLAMED_VERDICTS
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -56,7 +58,8 @@ class DrainPolicy:
         return "ok"
 
 
-_INCIDENTS = """
+_BLAMED = ", ".join(f"'{v}'" for v in BLAMED_VERDICTS)
+_INCIDENTS = f"""
     WITH att AS (
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
@@ -64,7 +67,7 @@ _INCIDENTS = """
       SELECT c.job, c.attempt, c.rank, c.host, c.reason, c.verdict, coalesce(c.host_inferred, false) AS inferred,
              att.started_ns
       FROM culprits c JOIN att USING (job, attempt)
-      WHERE c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ('hang', 'mismatch', 'straggler')
+      WHERE c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ({_BLAMED})
     ), blamed AS (
       SELECT job, attempt, count(DISTINCT host) AS n_hosts FROM roots GROUP BY ALL
     ), base AS (  -- the lowest rank of each host in the attempt: local rank = rank - base (ranks per host are blocks)

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-from frlake.diagnose.model import INCIDENT_VERDICTS
+from frlake.diagnose.model import BLAMED_VERDICTS, INCIDENT_VERDICTS
 
 Z = 1.96  # 95% Wilson lower bound
 _INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
-_BLAMED = ", ".join(f"'{v}'" for v in (*INCIDENT_VERDICTS, "straggler"))  # ... or straggled: a host is to blame
+_BLAMED = ", ".join(f"'{v}'" for v in BLAMED_VERDICTS)  # ... or straggled: a host is to blame
 
 
 def parse_when(text: str) -> date | datetime:
