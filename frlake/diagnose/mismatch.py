@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from frlake.diagnose.evidence import Evidence, temp_table
+from frlake.diagnose.evidence import P2P_NAMED, Evidence, temp_table
 
 FIELDS = (("type_sig", "type_mismatch"), ("size_sig", "size_mismatch"), ("dtype_sig", "dtype_mismatch"))
 
@@ -247,12 +247,11 @@ _CHANGED = """(EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name =
                AND NOT EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name = {x}.pg_name AND {sends}
                       AND o.p2p_seq < {x}.p2p_seq AND o.stack_id IS NOT DISTINCT FROM {x}.stack_id
                       AND o.size_sig = {x}.size_sig AND o.dtype_sig = {x}.dtype_sig))"""
-_P2P = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL"
 # Whether any send and recv could disagree: a pair shares its group, p2p sequence id, source and destination,
 # so one of these keys holds two signatures. Mostly none does, and the pairing below is not run.
 _P2P_DISAGREE = f"""
     SELECT count(*) FROM (
-      SELECT 1 FROM {{entries}} WHERE {_P2P} GROUP BY pg_name, p2p_seq, p2p_src, p2p_dst
+      SELECT 1 FROM {{entries}} WHERE {P2P_NAMED} GROUP BY pg_name, p2p_seq, p2p_src, p2p_dst
       HAVING min(hash(size_sig, dtype_sig)) <> max(hash(size_sig, dtype_sig)) LIMIT 1)
 """
 _P2P_PAIRS = f"""
@@ -260,7 +259,7 @@ _P2P_PAIRS = f"""
       SELECT *, op IN ('send', 'isend') AS sends,
              row_number() OVER (PARTITION BY rank, pg_name, p2p_seq, p2p_src, p2p_dst, op IN ('send', 'isend')
                                 ORDER BY entry_index) AS k
-      FROM {{entries}} WHERE {_P2P}
+      FROM {{entries}} WHERE {P2P_NAMED}
     )
     SELECT s.rank, r.rank, s.pg_name, s.pg_desc, s.p2p_seq, s.size_sig <> r.size_sig, s.dtype_sig <> r.dtype_sig,
            s.t, r.t, s.stack_id, r.stack_id, s.entry_index, r.entry_index,
@@ -277,6 +276,8 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
     that changed is the one whose earlier calls from the same site looked like
     the other side; when that cannot tell, the receiver is named first."""
     out = []
+    if ev.p2p_entries == 0:  # counted by evidence.load: no send or recv names its peer
+        return out
     if not con.execute(_P2P_DISAGREE.replace("{entries}", ev.rel.entries)).fetchone()[0]:
         return out
     for row in con.execute(_P2P_PAIRS.replace("{entries}", ev.rel.entries)).fetchall():
