@@ -20,6 +20,11 @@ from frlake.ingest.checks import NONE, Budget, bounded_json, int64, ints_in_rang
 from frlake.ingest.limits import Limits
 from frlake.signatures import signatures_of
 
+try:  # the passes over every value, compiled (frlake/ingest/_speedups.pyx); without a C compiler, in Python
+    from frlake.ingest import _speedups
+except ImportError:  # pragma: no cover - a build without a compiler
+    _speedups = None
+
 # Every FR key an entry may hold, and the Python types its values may have
 # (besides None), from the one table of entry fields (frlake.schema).
 KNOWN_ENTRY_KEYS = frozenset(schema.RAW_ENTRY_KEYS)
@@ -162,6 +167,10 @@ def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type
     transposed; any other known field takes one ``dict.get`` pass of its own,
     until the fields read account for every value of every entry.
     """
+    if _speedups is not None:
+        found = _speedups.columns(raw, _FIELD_INDEX)
+        if found is not None:
+            return dict(zip(_FIELDS, found[0])), dict(zip(_FIELDS, found[1])), found[2]
     n = len(raw)
     cols: dict[str, list] = {}
     shared = [k for k in raw[0] if type(k) is str and k in KNOWN_ENTRY_KEYS and k in raw[-1]] if n else []
@@ -197,6 +206,13 @@ def _flatten(values: list, name: str, budget: Budget, max_len: int, what: str) -
     """One level of nesting: every value a list (or None) of at most
     ``max_len`` items, paid for. Returns the items, the Arrow offsets of each
     value's items and, if some value is None, the mask of those."""
+    if _speedups is not None:
+        flat = _speedups.flatten(values, max_len, budget.left)
+        if flat is not None:
+            items, offsets, has_none = flat
+            budget.spend(len(items), name)
+            mask = pa.array([v is None for v in values], pa.bool_()) if has_none else None
+            return items, pa.Array.from_buffers(pa.int32(), len(values) + 1, [None, pa.py_buffer(offsets)]), mask
     found = set(map(type, values))
     if found - {list, NONE}:
         raise wrong_type(name, found - {list, NONE})
@@ -220,13 +236,17 @@ def _shapes(values: list, name: str, budget: Budget, limits: Limits) -> pa.Array
     anything expands them, then assembled from flat buffers."""
     tensors, outer, outer_mask = _flatten(values, name, budget, limits.max_tensors_per_entry, "a list of tensors")
     dims, inner, inner_mask = _flatten(tensors, name, budget, limits.max_dims, "a tensor shape")
-    found = set(map(type, dims)) - {int}
-    if found:
-        raise wrong_type(name, found)
-    try:
-        flat = pa.array(dims, pa.int64())
-    except OverflowError:
-        raise DumpRejected("bad_schema", f"field '{name}' holds a dimension beyond 64 bits") from None
+    packed = None if _speedups is None else _speedups.int64s(dims)
+    if packed is not None:
+        flat = pa.Array.from_buffers(pa.int64(), len(dims), [None, pa.py_buffer(packed)])
+    else:
+        found = set(map(type, dims)) - {int}
+        if found:
+            raise wrong_type(name, found)
+        try:
+            flat = pa.array(dims, pa.int64())
+        except OverflowError:
+            raise DumpRejected("bad_schema", f"field '{name}' holds a dimension beyond 64 bits") from None
     shapes = pa.ListArray.from_arrays(inner, flat, mask=inner_mask)
     return pa.ListArray.from_arrays(outer, shapes, type=_SIZES, mask=outer_mask)
 
@@ -246,6 +266,7 @@ def _string_lists(values: list, name: str, budget: Budget, limits: Limits) -> pa
 
 
 _FIELDS = tuple(sorted(KNOWN_ENTRY_KEYS))
+_FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}
 _NAME_TYPES = tuple(schema.ENTRIES.field(name).type for name in ("backend", "op", "p2p_src", "p2p_dst", "is_p2p"))
 _SIZES, _DTYPES = schema.ENTRIES.field("input_sizes").type, schema.ENTRIES.field("input_dtypes").type
 _MISSING = object()
@@ -303,14 +324,18 @@ def _stacks(frames_col: list, found: set[type], budget: Budget, limits: Limits) 
     if max(depths) > limits.max_frames:
         raise DumpRejected("bad_schema", f"'frames' holds more than {limits.max_frames} frames")
     budget.spend(sum(depths) + len(depths), "frames")
-    if NONE in found:
-        keys = [None if f is None else tuple(map(id, f)) for f in frames_col]
-    else:
-        keys = list(map(tuple, map(map, repeat(id), frames_col)))
-    first: dict[tuple | None, int] = {}
-    firsts = list(map(first.setdefault, keys, range(len(keys))))  # each entry: the first entry with its frames
+    # Each entry: the first entry with its frames.
+    firsts = None if _speedups is None else _speedups.first_same_frames(frames_col)
+    if firsts is None:
+        if NONE in found:
+            keys = [None if f is None else tuple(map(id, f)) for f in frames_col]
+        else:
+            keys = list(map(tuple, map(map, repeat(id), frames_col)))
+        first: dict[tuple | None, int] = {}
+        firsts = list(map(first.setdefault, keys, range(len(keys))))
     stacks: dict[int, list[dict]] = {}
-    resolved = {i: None if key is None else _intern_stack(frames_col[i], stacks, limits) for key, i in first.items()}
+    resolved = {i: None if frames_col[i] is None else _intern_stack(frames_col[i], stacks, limits)
+                for i in dict.fromkeys(firsts)}
     return list(map(resolved.__getitem__, firsts)), stacks
 
 
