@@ -3,8 +3,9 @@
 
     python bench/compare_commits.py BEFORE [AFTER] [--rounds 5] [--world 1024] [--ingest-world 256]
 
-Checks out each commit into a temporary git worktree and, with this checkout's
-Python environment, alternates fresh processes of the two (before, after,
+Checks out each commit into a temporary git worktree (building its compiled
+parser in place, where it has one) and, with this checkout's Python
+environment, alternates fresh processes of the two (before, after,
 before, ...), so a busy machine slows both alike:
   * diagnose: one ``--world``-rank attempt (bench/synth.py, 2,000 entries per
     rank, rank 700 never joins), ingested once per commit into its own lake,
@@ -90,6 +91,9 @@ def main() -> int:
             trees[side] = work / side
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(trees[side]), rev],
                            check=True)
+            if (trees[side] / "setup.py").exists():  # the compiled parser, built in place (Cython: the test extra)
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=trees[side],
+                               check=True, capture_output=True)
         sys.path.insert(0, str(HERE))
         from synth import write_job
 

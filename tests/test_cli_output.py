@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 import frlake
 from frlake.cli.main import app
+from frlake.ingest import entries
 from tests.helpers import FIXTURES, ROOT
 
 runner = CliRunner()
@@ -174,6 +175,7 @@ def test_sql_errors_keep_duckdbs_hints(corpus_lake):
 def test_version_serve_and_rediagnose_errors(tmp_path, corpus_lake):
     version = runner.invoke(app, ["--version"])
     assert version.exit_code == 0 and version.stdout.startswith("frlake ")
+    assert ("(compiled parser)" in version.stdout) == (entries._speedups is not None)
     bad_port = run(corpus_lake, "serve", "--port", "70000")
     assert bad_port.exit_code == 2 and "65535" in bad_port.output
     with socket.socket() as taken:

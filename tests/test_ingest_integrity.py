@@ -244,3 +244,35 @@ def test_workers_start_with_their_modules_loaded_and_frozen():
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         frozen = pool.submit(gc.get_freeze_count).result()
     assert frozen > 10_000, frozen  # what importing the worker's modules made
+
+
+def test_an_in_process_ingest_that_fails_mid_run_keeps_its_committed_batches_and_leaves_nothing_staged(
+        lake, corpus, monkeypatch):
+    """One worker reads a batch while the one before is written and committed: a commit that fails there
+    leaves the batches before it committed, the batch read ahead unstaged, and a re-run completes."""
+    from frlake.ingest import pipeline
+    from tests.helpers import assert_lake_is_clean
+
+    real_publish, calls = pipeline.publish, []
+
+    def publish_failing_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("the disk went away")
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "publish", publish_failing_the_third)
+    with pytest.raises(OSError, match="the disk went away"):
+        ingest([corpus], lake, IngestOptions(chunk_files=4, diagnose=False))
+    assert len(calls) == 3
+    committed = Catalog(lake.db_url)
+    try:
+        assert len(committed.committed_files()) > 0
+    finally:
+        committed.close()
+    assert not any(p.is_file() for p in (lake.lake / ".staging").rglob("*") if "lock" not in p.name)
+    monkeypatch.setattr(pipeline, "publish", real_publish)
+    summary = ingest([corpus], lake, IngestOptions(chunk_files=4))
+    total = len([p for p in corpus.rglob("rank_*") if p.is_file()])
+    assert summary.ingested + summary.already_present == total - 8  # two batches of four were committed
+    assert_lake_is_clean(lake)

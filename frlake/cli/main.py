@@ -36,7 +36,10 @@ def _print_version(value: bool) -> None:
             number = version("frlake")
         except PackageNotFoundError:  # run from a source tree that was never installed
             number = "unknown"
-        typer.echo(f"frlake {number}")
+        from importlib.util import find_spec
+
+        compiled = find_spec("frlake.ingest._speedups") is not None
+        typer.echo(f"frlake {number} ({'compiled parser' if compiled else 'parser in Python: built without a C compiler'})")
         raise typer.Exit()
 
 

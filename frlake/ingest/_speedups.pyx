@@ -122,12 +122,16 @@ def flatten(list values, Py_ssize_t max_len, Py_ssize_t allowance):
         value = <object>PyList_GET_ITEM(values, i)
         if value is not None:
             size = PyList_GET_SIZE(value)
+            if at + size > total:  # cannot happen (nothing runs between the passes): never write past the end
+                return None
             for k in range(size):
                 item = <object>PyList_GET_ITEM(value, k)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, at, item)
                 at += 1
         off[i + 1] = <int32_t>at
+    if at != total:
+        return None
     return items, offsets, has_none
 
 

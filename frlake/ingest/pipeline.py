@@ -18,8 +18,9 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from pathlib import Path
@@ -41,6 +42,7 @@ from frlake.ingest.worker import (
     WorkerContext,
     cleanup_staged,
     enter_worker_process,
+    finish_chunk,
     process_chunk,
     release_catalog,
     stacks_table,
@@ -172,13 +174,7 @@ class _Run:
         workers = max(1, self.options.workers)
         try:
             if workers == 1 and not self.options.isolate:
-                try:
-                    for chunk in chunks:
-                        self.batch += 1
-                        self._commit(process_chunk(self.ctx, self.batch, chunk))
-                        self._release(chunk)
-                finally:
-                    release_catalog()  # the in-process worker's connection goes with the run
+                self._execute_here(chunks)
             else:
                 self._execute_parallel(chunks, workers)
         finally:
@@ -186,6 +182,33 @@ class _Run:
         if self.archives:
             self._record(self.archives)
         self.summary.rejected_by_reason = dict(self.reasons)
+
+    def _execute_here(self, chunks: Iterator[list[Source]]) -> None:
+        """Batches in this process, committed in order. A batch's Parquet files
+        are written (by threads, without the GIL) while the next batch is read;
+        its commit waits for them."""
+        ahead: list[tuple[ChunkResult, list[Source]]] = []  # read, not committed yet: one at most
+        try:
+            with ThreadPoolExecutor(max_workers=2) as io:
+                try:
+                    for chunk in chunks:
+                        self.batch += 1
+                        ahead.append((process_chunk(self.ctx, self.batch, chunk, io), chunk))
+                        if len(ahead) > 1:
+                            self._commit_read(*ahead.pop(0))
+                    while ahead:
+                        self._commit_read(*ahead.pop(0))
+                finally:
+                    for result, _ in ahead:  # after a failure, what was read ahead is neither committed nor left
+                        with suppress(Exception):
+                            finish_chunk(result)
+                        cleanup_staged(result)
+        finally:
+            release_catalog()  # the in-process worker's connection goes with the run
+
+    def _commit_read(self, result: ChunkResult, chunk: list[Source]) -> None:
+        self._commit(finish_chunk(result))
+        self._release(chunk)
 
     def _execute_parallel(self, chunks: Iterator[list[Source]], workers: int) -> None:
         """Batches in worker processes. If a worker dies (a dump over its CPU
@@ -400,7 +423,7 @@ class _Run:
         new_stacks = self.catalog.new_stack_ids(result.stacks) if result.dumps else set()
         if new_stacks:
             table = stacks_table({k: result.stacks[k] for k in new_stacks})
-            rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, self.batch), None, None)
+            rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, result.batch), None, None)
             staged, size = self.lake.stage_table(table)
             result.staged.append(StagedFile("stacks", str(staged), rel, None, None, table.num_rows, size))
         files = [Staged(Path(s.staged), LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes))
@@ -411,7 +434,7 @@ class _Run:
                                                       sorted(new_stacks), sorted(result.touched)))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
-        log.debug("batch %d: %d dumps, %d Parquet files committed", self.batch, len(result.dumps), len(result.staged))
+        log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))
 
     def _drop_known(self, result: ChunkResult) -> None:
         """Bytes another chunk committed to the same attempt meanwhile are

@@ -14,8 +14,8 @@ import os
 import resource
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +64,9 @@ class ChunkResult:
     stacks: dict[int, list[dict]] = field(default_factory=dict)
     input_bytes: int = 0
     touched: set[tuple[str, int]] = field(default_factory=set)  # attempts that got rows but no dump (live stacks)
+    batch: int = 0
+    # In-process only: the Parquet files still being written, (table, path in the lake, job, attempt, future).
+    pending: list[tuple] = field(default_factory=list)
 
 
 @contextmanager
@@ -201,12 +204,17 @@ class _Dump:
     key: str  # the dump's key in the catalog and under raw/: see dump_key
 
 
-def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> ChunkResult:
+def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
+                  io: ThreadPoolExecutor | None = None) -> ChunkResult:
     """Every file of the chunk is either ingested, a duplicate or rejected
-    with a reason: whatever one file holds, the others go on."""
+    with a reason: whatever one file holds, the others go on.
+
+    ``io``: the threads of an in-process worker, which outlive the chunk. The
+    chunk's Parquet files are then still being written when this returns, so
+    that the next chunk is read meanwhile; :func:`finish_chunk` waits for them."""
     lake = Lake(ctx.lake_root, ctx.staging)
     resolver = IdentityResolver(ctx.identity)
-    result = ChunkResult()
+    result = ChunkResult(batch=batch)
     loaded: list[tuple[Source, bytes | None, str | None]] = []
     for src in sources:
         data, sha = _read(src, ctx.limits, result)
@@ -218,18 +226,34 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source]) -> Chun
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
     # Raw copies are compressed and written while the next dump is read, and the batch's Parquet files side
     # by side: zstd, Parquet and fsync let go of the GIL, so they take no time from the parsing.
-    with ThreadPoolExecutor(max_workers=2) as io:
-        writes = [io.submit(_keep_raw, lake, key, data) for key, data in _ingest_loaded(ctx, lake, resolver, loaded,
-                                                                                       known, result, per_partition)]
-        for w in writes:
-            w.result()  # a raw copy that cannot be written fails the batch, as before: nothing is committed
-        staging = [(name, job, attempt, io.submit(_stage, lake, parts))
-                   for (job, attempt), tables in per_partition.items() for name, parts in tables.items()]
-        for name, job, attempt, stage in staging:
-            staged, rows, size = stage.result()
-            rel = lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt)
-            result.staged.append(StagedFile(name, str(staged), rel, job, attempt, rows, size))
+    with nullcontext(io) if io is not None else ThreadPoolExecutor(max_workers=2) as threads:
+        writes = [threads.submit(_keep_raw, lake, key, data)
+                  for key, data in _ingest_loaded(ctx, lake, resolver, loaded, known, result, per_partition)]
+        _wait_all(writes)  # a raw copy that cannot be written fails the batch, as before: nothing is committed
+        result.pending = [(name, lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt), job, attempt,
+                           threads.submit(_stage, lake, parts))
+                          for (job, attempt), tables in per_partition.items() for name, parts in tables.items()]
+        if io is None:
+            finish_chunk(result)
     return result
+
+
+def finish_chunk(result: ChunkResult) -> ChunkResult:
+    """Wait for the chunk's Parquet files and list them as staged (each one
+    written, whatever became of the others, before an error is raised)."""
+    pending, result.pending = result.pending, []
+    _wait_all([stage for *_, stage in pending])
+    for name, rel, job, attempt, stage in pending:
+        staged, rows, size = stage.result()
+        result.staged.append(StagedFile(name, str(staged), rel, job, attempt, rows, size))
+    return result
+
+
+def _wait_all(futures: list[Future]) -> None:
+    """Wait until every future is done, then raise the first one's error, if any."""
+    wait(futures)
+    for f in futures:
+        f.result()
 
 
 def _keep_raw(lake: Lake, key: str, data: bytes) -> int:
