@@ -207,7 +207,7 @@ def _flatten(values: list, name: str, budget: Budget, max_len: int, what: str) -
     ``max_len`` items, paid for. Returns the items, the Arrow offsets of each
     value's items and, if some value is None, the mask of those."""
     if _speedups is not None:
-        flat = _speedups.flatten(values, max_len, budget.left)
+        flat = _speedups.flatten(values, min(max_len, 2**31), min(budget.left, 2**31))
         if flat is not None:
             items, offsets, has_none = flat
             budget.spend(len(items), name)
