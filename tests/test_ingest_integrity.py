@@ -246,33 +246,36 @@ def test_workers_start_with_their_modules_loaded_and_frozen():
     assert frozen > 10_000, frozen  # what importing the worker's modules made
 
 
-def test_an_in_process_ingest_that_fails_mid_run_keeps_its_committed_batches_and_leaves_nothing_staged(
-        lake, corpus, monkeypatch):
-    """One worker reads a batch while the one before is written and committed: a commit that fails there
-    leaves the batches before it committed, the batch read ahead unstaged, and a re-run completes."""
-    from frlake.ingest import pipeline
+@pytest.mark.parametrize("failing", ["publish", "read"])
+def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_rerun_completes(
+        lake, corpus, monkeypatch, failing):
+    """One worker reads a batch while the one before is written: whether the third batch's commit or its
+    reading fails, the two batches before it are committed (as batches run one after another would be),
+    nothing is left staged, and a re-run ingests the rest."""
+    from frlake.ingest import pipeline, worker
     from tests.helpers import assert_lake_is_clean
 
-    real_publish, calls = pipeline.publish, []
+    module, name, nth = (pipeline, "publish", 3) if failing == "publish" else (worker, "_keep_raw", 9)
+    real, calls = getattr(module, name), []
 
-    def publish_failing_the_third(*args, **kwargs):
+    def fail_once_there(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == nth:
             raise OSError("the disk went away")
-        return real_publish(*args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "publish", publish_failing_the_third)
+    monkeypatch.setattr(module, name, fail_once_there)
     with pytest.raises(OSError, match="the disk went away"):
         ingest([corpus], lake, IngestOptions(chunk_files=4, diagnose=False))
-    assert len(calls) == 3
-    committed = Catalog(lake.db_url)
+    monkeypatch.setattr(module, name, real)
+    catalog = Catalog(lake.db_url)
     try:
-        assert len(committed.committed_files()) > 0
+        assert len(catalog.files()) == 8  # two batches of four files
     finally:
-        committed.close()
+        catalog.close()
     assert not any(p.is_file() for p in (lake.lake / ".staging").rglob("*") if "lock" not in p.name)
-    monkeypatch.setattr(pipeline, "publish", real_publish)
     summary = ingest([corpus], lake, IngestOptions(chunk_files=4))
     total = len([p for p in corpus.rglob("rank_*") if p.is_file()])
-    assert summary.ingested + summary.already_present == total - 8  # two batches of four were committed
+    assert summary.unchanged == 8 and summary.rejected == 0
+    assert summary.ingested + summary.already_present == total - 8
     assert_lake_is_clean(lake)

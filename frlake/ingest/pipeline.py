@@ -20,7 +20,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from pathlib import Path
@@ -185,24 +184,26 @@ class _Run:
 
     def _execute_here(self, chunks: Iterator[list[Source]]) -> None:
         """Batches in this process, committed in order. A batch's Parquet files
-        are written (by threads, without the GIL) while the next batch is read;
-        its commit waits for them."""
-        ahead: list[tuple[ChunkResult, list[Source]]] = []  # read, not committed yet: one at most
+        are written (by threads, without the GIL) while the next batch is read,
+        and it is committed once that read ends, however it ends: a failure
+        leaves committed what ran before it, as batches run one after another
+        would. (What a failed run staged goes with its staging folder.)"""
+        held: tuple[ChunkResult, list[Source]] | None = None  # read, not committed yet
         try:
             with ThreadPoolExecutor(max_workers=2) as io:
-                try:
-                    for chunk in chunks:
-                        self.batch += 1
-                        ahead.append((process_chunk(self.ctx, self.batch, chunk, io), chunk))
-                        if len(ahead) > 1:
-                            self._commit_read(*ahead.pop(0))
-                    while ahead:
-                        self._commit_read(*ahead.pop(0))
-                finally:
-                    for result, _ in ahead:  # after a failure, what was read ahead is neither committed nor left
-                        with suppress(Exception):
-                            finish_chunk(result)
-                        cleanup_staged(result)
+                while True:
+                    try:
+                        chunk = next(chunks, None)
+                        if chunk is not None:
+                            self.batch += 1
+                            read = (process_chunk(self.ctx, self.batch, chunk, io), chunk)
+                    finally:
+                        if held is not None:
+                            done, held = held, None
+                            self._commit_read(*done)
+                    if chunk is None:
+                        return
+                    held = read
         finally:
             release_catalog()  # the in-process worker's connection goes with the run
 
