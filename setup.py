@@ -36,7 +36,6 @@ except ImportError:  # without Cython (a build without isolation): no extension
 else:
     from setuptools import Extension
 
-    extensions = cythonize([Extension("frlake.ingest._speedups", ["frlake/ingest/_speedups.pyx"])],
-                           compiler_directives={"language_level": "3"})
+    extensions = cythonize([Extension("frlake.ingest._speedups", ["frlake/ingest/_speedups.pyx"])])
 
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})
