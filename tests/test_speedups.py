@@ -74,7 +74,46 @@ def test_every_dump_of_the_tests_parses_the_same_compiled():
             frames = [e.get("frames") for e in raw]
             if any(f is not None for f in frames):
                 assert COMPILED.first_same_frames(frames) is not None, path
+            for name, values in zip(entries._FIELDS, COMPILED.columns(raw, entries._FIELD_INDEX)[0], strict=True):
+                kind = SCALAR_FIELDS.get(name)
+                if kind is not None and set(map(type, values)) <= {KIND_TYPES[kind], type(None)}:
+                    assert COMPILED.scalars(values, kind) is not None, (path, name)
     assert parsed > 300
+
+
+# The fields stored as they are, as a column of scalars, by the compiled kind that builds them.
+SCALAR_FIELDS = {name: entries._SCALAR_KINDS[entries.schema.ENTRIES.field(name).type]
+                 for name in entries._FIELDS if name in entries.schema.ENTRIES.names
+                 and entries.schema.ENTRIES.field(name).type in entries._SCALAR_KINDS}
+KIND_TYPES = {} if COMPILED is None else {COMPILED.INT64: int, COMPILED.FLOAT64: float, COMPILED.BOOL: bool,
+                                          COMPILED.STRING: str}
+
+
+@needs_compiled
+@pytest.mark.parametrize("values, typ", [
+    ([1, None, -(2**63), 2**63 - 1, 0], "int64"), ([None] * 9, "int64"), ([], "int64"), ([True, 1], "int64"),
+    ([2**63], "int64"), ([1.5], "int64"), ([1.5, None, float("nan"), -0.0, float("inf")], "double"), ([1], "double"),
+    ([True, False, None, True] * 5, "bool"), ([1], "bool"), (["", "nccl:send 0->1", None, "é€😀"], "string"),
+    (["\ud800"], "string"), ([b"x"], "string"), ([None] * 17, "string"),
+])
+def test_a_column_of_scalars_is_what_arrow_makes_of_it_or_left_to_arrow(values, typ):
+    """The compiled buffers hold what pa.array makes of the same list; a value of another type, beyond 64 bits,
+    or that UTF-8 cannot store is left to pa.array (None), which says what is wrong."""
+    import pyarrow as pa
+
+    arrow_type = {"int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_(), "string": pa.string()}[typ]
+    built = entries._compiled_array(values, arrow_type, len(values))
+    try:
+        expected = pa.array(values, arrow_type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
+        assert built is None
+        return
+    if any(type(v) is not KIND_TYPES[entries._SCALAR_KINDS[arrow_type]] for v in values if v is not None):
+        assert built is None  # pa.array converts it (a bool as an int, an int as a float): left to it
+        return
+    built.validate(full=True)
+    assert built.type == expected.type and built.null_count == expected.null_count
+    assert repr(built.to_pylist()) == repr(expected.to_pylist())  # NaN and -0.0 compared by their repr
 
 
 def _entry(rank: int = 0):

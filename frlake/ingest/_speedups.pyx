@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """Compiled forms of the passes of :mod:`frlake.ingest.entries` that visit
 every value of every entry: the entries as columns, one level of nested
-lists flattened, tensor dims packed as int64, and the entries that share a
-stack's frames.
+lists flattened, tensor dims packed as int64, the entries that share a
+stack's frames, and a column of scalars as Arrow buffers.
 
 Each walks the Python objects that the safe unpickler (or ``json``) made,
 so it reads no untrusted bytes itself. For well-formed input it returns
@@ -16,11 +16,14 @@ the same results on every dump the tests have.
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 cdef object NONE_TYPE = type(None)
 
@@ -199,3 +202,76 @@ def first_same_frames(list frames):
         Py_INCREF(item)
         PyList_SET_ITEM(out, i, item)
     return out
+
+
+# The kinds of column :func:`scalars` builds (frlake.ingest.entries maps Arrow types to them).
+INT64, FLOAT64, BOOL, STRING = 0, 1, 2, 3
+
+
+def scalars(list values, int kind):
+    """The values (each None or exactly the kind's Python type: int within 64
+    bits, float, bool, str that UTF-8 can store) as the buffers of an Arrow
+    array of that kind: ``(null_count, validity, data)``, and for a string
+    ``(null_count, validity, offsets, data)``; ``validity`` is None when no
+    value is None. None for anything else, where Arrow's own conversion runs."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(values), i, nulls = 0, size, total = 0
+    cdef int overflow = 0
+    cdef object value
+    cdef type want = (int, float, bool, str)[kind]
+    cdef const char *text
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        if value is None:
+            nulls += 1
+        elif type(value) is not want:
+            return None
+    validity = bytearray((n + 7) // 8) if nulls else None
+    cdef unsigned char *valid = NULL
+    if nulls:
+        valid = <unsigned char *>PyByteArray_AS_STRING(validity)
+        for i in range(n):
+            if <object>PyList_GET_ITEM(values, i) is not None:
+                valid[i >> 3] |= 1 << (i & 7)
+    if kind == INT64 or kind == FLOAT64:
+        data = bytearray(8 * n)
+        for i in range(n):
+            value = <object>PyList_GET_ITEM(values, i)
+            if value is None:
+                continue
+            if kind == INT64:
+                (<int64_t *>PyByteArray_AS_STRING(data))[i] = PyLong_AsLongLongAndOverflow(value, &overflow)
+                if overflow:
+                    return None
+            else:
+                (<double *>PyByteArray_AS_STRING(data))[i] = PyFloat_AS_DOUBLE(value)
+        return nulls, validity, data
+    if kind == BOOL:
+        data = bytearray((n + 7) // 8)
+        for i in range(n):
+            if <object>PyList_GET_ITEM(values, i) is True:
+                (<unsigned char *>PyByteArray_AS_STRING(data))[i >> 3] |= 1 << (i & 7)
+        return nulls, validity, data
+    offsets = bytearray(4 * (n + 1))
+    cdef int32_t *off = <int32_t *>PyByteArray_AS_STRING(offsets)
+    off[0] = 0
+    for i in range(n):  # the lengths first: a string UTF-8 cannot store (a lone surrogate) raises here
+        value = <object>PyList_GET_ITEM(values, i)
+        if value is not None:
+            try:
+                PyUnicode_AsUTF8AndSize(value, &size)
+            except UnicodeError:
+                return None
+            total += size
+            if total >= 2**31:
+                return None
+        off[i + 1] = <int32_t>total
+    data = bytearray(total)
+    cdef char *out = PyByteArray_AS_STRING(data)
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        if value is not None:
+            text = PyUnicode_AsUTF8AndSize(value, &size)
+            if off[i] + size != off[i + 1]:  # cannot happen (nothing runs between the passes): never write past the end
+                return None
+            memcpy(out + off[i], text, size)
+    return nulls, validity, offsets, data

@@ -143,9 +143,9 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
             out[name] = values
             continue
         typ = schema.ENTRIES.field(name).type
-
         try:
-            out[name] = pa.array(values, typ, size=n)
+            built = _compiled_array(values, typ, n)
+            out[name] = built if built is not None else pa.array(values, typ, size=n)
         except UnicodeError:
             raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -259,7 +259,9 @@ def _string_lists(values: list, name: str, budget: Budget, limits: Limits) -> pa
     if items and max(map(len, items)) > limits.max_string:
         raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
     try:
-        strings = pa.array(items, pa.string())
+        strings = _compiled_array(items, pa.string(), len(items))
+        if strings is None:
+            strings = pa.array(items, pa.string())
     except UnicodeError:
         raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
     return pa.ListArray.from_arrays(offsets, strings, type=_DTYPES, mask=mask)
@@ -270,8 +272,25 @@ _FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}
 _NAME_TYPES = tuple(schema.ENTRIES.field(name).type for name in ("backend", "op", "p2p_src", "p2p_dst", "is_p2p"))
 _SIZES, _DTYPES = schema.ENTRIES.field("input_sizes").type, schema.ENTRIES.field("input_dtypes").type
 _MISSING = object()
+# The Arrow types of the columns of scalars that the compiled pass builds, and its kinds of them.
+_SCALAR_KINDS = {} if _speedups is None else {
+    pa.int64(): _speedups.INT64, pa.float64(): _speedups.FLOAT64, pa.bool_(): _speedups.BOOL, pa.string(): _speedups.STRING}
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+
+
+def _compiled_array(values, typ: pa.DataType, n: int) -> pa.Array | None:
+    """A column of scalars built from its compiled buffers (None: ``pa.array``
+    converts it, and says what is wrong with it)."""
+    kind = _SCALAR_KINDS.get(typ)
+    if _speedups is None or kind is None or type(values) is not list or len(values) != n:  # (the tests unset _speedups)
+        return None
+    found = _speedups.scalars(values, kind)
+    if found is None:
+        return None
+    nulls, validity, *data = found
+    buffers = [None if validity is None else pa.py_buffer(validity), *map(pa.py_buffer, data)]
+    return pa.Array.from_buffers(typ, n, buffers, null_count=nulls)
 
 
 def _check_lengths(arr: pa.Array, name: str, limits: Limits) -> None:
