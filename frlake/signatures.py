@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +42,11 @@ def signatures(values: pa.Array | pa.ChunkedArray) -> pa.Array:
         values = values.combine_chunks()
     if len(values) == 0:
         return pa.array([], pa.int64())
+    with _numbering:  # the numbers are the process'; a compaction rewrites two files at once
+        return _signatures(values)
+
+
+def _signatures(values: pa.Array) -> pa.Array:
     ids = _ids(values)
     known = pc.unique(ids)
     numbers = known.to_pylist()
@@ -67,6 +73,7 @@ def signatures_of(*columns: pa.Array) -> list[pa.Array]:
 # reads many dumps of one job, which hold the same few shapes. Both are emptied when they are full.
 _id_of: dict[tuple, int] = {}
 _signature_of: dict[int, int] = {}
+_numbering = threading.Lock()  # held by whoever numbers values and reads their signatures
 _MAX_IDS = 1 << 16
 # An Arrow scalar, not a Python int: pyarrow converting a Python value looks for dateutil (and pandas) each
 # time, and where they are not installed each look is a failed import (0.02 ms).

@@ -34,6 +34,43 @@ def test_a_signature_is_the_same_in_every_run_and_version():
     assert NO_LIST == 4160016975378344247 and EMPTY_LIST == 4090036724241674979
 
 
+def test_two_threads_that_sign_at_once_get_each_value_its_own_signature(monkeypatch):
+    """A compaction writes two files at once, and a file of an older schema gets its signatures as it is read:
+    the process' numbering of values, which is emptied when it is full, is shared by both threads. (With the
+    numbering this small, it is emptied on nearly every call: unguarded, a thread read the numbers the other
+    had just emptied.)"""
+    import sys
+    import threading
+
+    from frlake import signatures as module
+
+    monkeypatch.setattr(module, "_MAX_IDS", 8)
+    columns = [pa.array([[[t, i]] for i in range(50)], SHAPES) for t in range(2)]
+    want = [[value_signature(v) for v in c.to_pylist()] for c in columns]
+    got: dict[int, list] = {}
+    start = threading.Barrier(2)
+
+    def sign(t: int) -> None:
+        start.wait()
+        try:
+            got[t] = [signatures(columns[t]).to_pylist() for _ in range(100)]
+        except Exception as exc:  # noqa: BLE001 - the test's verdict, below
+            got[t] = [exc]
+
+    threads = [threading.Thread(target=sign, args=(t,)) for t in range(2)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns as often as Python lets them
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for t in range(2):
+        assert got[t] == [want[t]] * 100
+
+
 @pytest.mark.parametrize("values, typ", [
     ([[[1024, 4096]], [[1024], [4096]], [], [[]], None, [None], [[1024, 4096]], [[3]], [[], []], [None, None],
       [[-1, 0]], [[2**62, -(2**62)]]], SHAPES),
