@@ -194,6 +194,36 @@ def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     assert_lake_is_clean(settings)
 
 
+def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_failed_merge_keeps_nothing(
+        tmp_path, corpus):
+    """The merged files of one partition are written side by side: each holds its group of files' rows in their
+    order, the same files as one after the other. When one of them cannot be written (a file of its group is
+    damaged), no merged file is kept nor published, and the compaction completes once the file is whole again."""
+    tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))
+    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None, diagnose=False))
+    before = snapshot(settings)
+    with Frlake(settings) as fl:
+        files = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        assert len(files) == 8
+        rows = [pq.read_table(settings.lake / f.readable).to_pylist() for f in files]
+        target = sum(f.bytes for f in files) // 3 + 1  # about three merged files
+        victim = settings.lake / files[-1].readable
+        whole = victim.read_bytes()
+        victim.write_bytes(whole[: len(whole) // 2])
+        with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow says of a truncated file
+            fl.compact([(JOB, 0)], CompactOptions(target_bytes=target))
+        assert [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)] == files
+        assert not list((settings.lake / ".staging").rglob("*.parquet*")), "no merged file is left staged"
+        victim.write_bytes(whole)
+        summary = fl.compact([(JOB, 0)], CompactOptions(target_bytes=target, retire_grace_s=0))
+        merged = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        assert summary.files_before >= 8 and len(merged) >= 2
+        got = [r for f in merged for r in pq.read_table(settings.lake / f.readable).to_pylist()]
+        assert got == [r for part in rows for r in part], "the rows of the old files, in their order"
+    assert snapshot(settings) == before
+    assert_lake_is_clean(settings)
+
+
 def test_compaction_writes_the_current_schema(tmp_path, corpus):
     """A file from an older frlake (a column missing) is read with NULLs for it."""
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))

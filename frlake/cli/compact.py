@@ -32,7 +32,7 @@ def compact_command(
     min_files: Annotated[int, typer.Option(help="Merge a partition with at least this many small files.",
                                            min=2)] = 2,
     target_mb: Annotated[int, typer.Option(help="Files this large are left alone; merged files are about "
-                                                "this size.", min=1)] = 256,
+                                                "this size.", min=1)] = 128,
     dry_run: Annotated[bool, typer.Option(help="Say what would be merged; change nothing.")] = False,
     grace: GraceOpt = "1h",
     lock_timeout: LockTimeoutOpt = "10m",
