@@ -96,9 +96,9 @@ class Relations:
     members (``5@1f0c...``; :attr:`Evidence.names` maps it back)."""
 
     dumps: str = "_d"  # the dump read for each rank: rank, host, dump_id, first_record_id
-    entries: str = "frlake_work._e"  # its entries (in WORK_DB), with size and dtype signatures (and
-    # durations: load's durations); one dump per rank, so no dump id (``dumps`` has it) and no op-type hash
-    # (``calls`` makes it): at 16,384 ranks each column less (16.4M values) made the diagnosis 0.1-0.6 s faster
+    entries: str = "_e"  # its entries, with size and dtype signatures (and durations: load's durations);
+    # one dump per rank, so no dump id (``dumps`` has it) and no op-type hash (``calls`` makes it). A view over
+    # the attempt's Parquet files, which each pass reads again, or over a table of WORK_DB (load says when)
     blocks: str = "_blk"  # coalesced blocks: rank, pg_name, seq, p2p_seq, state of the end marker
     calls: str = "_c"  # one row per rank and collective call (a coalesced block is one call)
     instances: str = "_inst"  # one row per collective instance (pg_name, seq) with two or more members
@@ -209,7 +209,6 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         """,
         params,
     )
-    _attach_work(con)
     lists = member_lists(con, params, rel)
     split = _group_keys(con, params, rel, lists)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
@@ -218,9 +217,14 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     signed = con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] or 1
     marker, size_sig, dtype_sig = ((_END_MARKER_STORED, _SIZE_SIG_STORED, _DTYPE_SIG_STORED) if signed >= 2
                                    else (END_MARKER, _SIZE_SIG, _DTYPE_SIG))
+    # The entries as a view (a view takes no parameters: the attempt is in two variables of the connection).
+    # Each pass reads the few columns it needs from the Parquet files again: at 16,384 ranks, keeping 16M rows
+    # in memory first cost more (3.5 s) than every pass's reading (the diagnosis took 6.5 s instead of 10).
+    con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
+    con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
     con.execute(
         f"""
-        CREATE OR REPLACE TABLE {rel.entries} AS
+        CREATE OR REPLACE TEMP VIEW {_READ} AS
         SELECT en.rank, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
                en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
                en.pg_id,
@@ -228,28 +232,35 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                {size_sig} AS size_sig, {dtype_sig} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}
         FROM entries en {keys}
-        WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')}
-        """,
-        params,
+        WHERE en.job = getvariable('{_JOB}') AND en.attempt = getvariable('{_ATTEMPT}') AND {rel.newest('en.')}
+        """
     )
+    source = _READ
+    if signed < 2:  # files written before the stored signatures: their lists are hashed once, into a table
+        _attach_work(con)
+        con.execute(f"CREATE OR REPLACE TABLE {WORK_DB}._e AS SELECT * FROM {_READ}")
+        source = f"{WORK_DB}._e"
     renumbered = []
-    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {rel.entries} WHERE desc_is_backend LIMIT 1)").fetchone()[0]:
-        renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(entries=rel.entries)).fetchall()]
+    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE desc_is_backend LIMIT 1)").fetchone()[0]:
+        renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(entries=source)).fetchall()]
     if renumbered:
         # per rank and group, in the order of enqueueing: collectives 1, 2, ...; a p2p op takes the number of
         # the group's last collective before it (as ProcessGroupNCCL does) and a p2p number of its own
         order = "OVER (PARTITION BY rank, pg_name ORDER BY entry_index ROWS UNBOUNDED PRECEDING)"
         shared = "rank IN (SELECT unnest($renumbered))"
+        _attach_work(con)
         con.execute(
             f"""
-            CREATE OR REPLACE TABLE {rel.entries} AS
+            CREATE OR REPLACE TABLE {WORK_DB}._e AS
             SELECT * REPLACE (
               CASE WHEN {shared} THEN count(*) FILTER (WHERE NOT is_p2p) {order} ELSE seq END AS seq,
               CASE WHEN {shared} THEN count(*) FILTER (WHERE is_p2p) {order} ELSE p2p_seq END AS p2p_seq)
-            FROM {rel.entries}
+            FROM {source}
             """,
             {"renumbered": renumbered},
         )
+        source = f"{WORK_DB}._e"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {rel.entries} AS SELECT * FROM {source}")
     # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
     # end marker's group and sequence ids) is one call of several ops, compared with the other members'
     # blocks as a whole. Every other collective entry is a call of its own.
@@ -353,13 +364,15 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                     progress=_progress(con, params), live_hosts=live_hosts)
 
 
-WORK_DB = "frlake_work"  # the connection's compressed in-memory database: the attempt's entries (Relations)
+WORK_DB = "frlake_work"  # the connection's compressed in-memory database: the attempt's entries, when kept
+_READ = "_e_read"  # the view of the attempt's entries in its Parquet files (load)
+_JOB, _ATTEMPT = "frlake_diagnosed_job", "frlake_diagnosed_attempt"  # the connection's variables it reads
 
 
 def _attach_work(con: duckdb.DuckDBPyConnection) -> None:
-    """The attempt's entries relation lives in an in-memory database that DuckDB compresses (a temporary
-    table is not): at 16,384 ranks its 16M rows take about 650 MB instead of 2.3 GB, so every pass over them
-    reads far less spill. A DuckDB without the option gets an uncompressed one, as a temporary table is."""
+    """The attempt's entries, when they are kept (lists hashed, sequence ids renumbered: load), live in an
+    in-memory database that DuckDB compresses (a temporary table is not): at 16,384 ranks its 16M rows take
+    about 650 MB instead of 2.3 GB. A DuckDB without the option gets an uncompressed one."""
     try:
         con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {WORK_DB} (COMPRESS)")
     except duckdb.Error:
