@@ -70,11 +70,12 @@ def test_every_dump_of_the_tests_parses_the_same_compiled():
             parsed += 1
             raw = obj if isinstance(obj, list) else obj.get("entries", [])
             # a real dump takes the compiled passes themselves, not their fall-back to Python
-            assert COMPILED.columns(raw, entries._FIELD_INDEX) is not None, path
+            columns = COMPILED.columns(raw, entries._FIELD_INDEX)
+            assert columns is not None, path
             frames = [e.get("frames") for e in raw]
             if any(f is not None for f in frames):
                 assert COMPILED.first_same_frames(frames) is not None, path
-            for name, values in zip(entries._FIELDS, COMPILED.columns(raw, entries._FIELD_INDEX)[0], strict=True):
+            for name, values in zip(entries._FIELDS, columns[0], strict=True):
                 kind = SCALAR_FIELDS.get(name)
                 if kind is not None and set(map(type, values)) <= {KIND_TYPES[kind], type(None)}:
                     assert COMPILED.scalars(values, kind) is not None, (path, name)

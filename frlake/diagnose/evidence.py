@@ -219,7 +219,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                                    else (END_MARKER, _SIZE_SIG, _DTYPE_SIG))
     # The entries as a view (a view takes no parameters: the attempt is in two variables of the connection).
     # Each pass reads the few columns it needs from the Parquet files again: at 16,384 ranks, keeping 16M rows
-    # in memory first cost more (3.5 s) than every pass's reading (the diagnosis took 6.5 s instead of 10).
+    # in memory first cost more (3.5 s) than every pass's reading (the diagnosis took 5.7-6.5 s instead of 10).
     con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
     con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
     con.execute(

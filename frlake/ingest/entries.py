@@ -144,8 +144,7 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
             continue
         typ = schema.ENTRIES.field(name).type
         try:
-            built = _compiled_array(values, typ, n)
-            out[name] = built if built is not None else pa.array(values, typ, size=n)
+            out[name] = _scalar_array(values, typ, n)
         except UnicodeError:
             raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -259,9 +258,7 @@ def _string_lists(values: list, name: str, budget: Budget, limits: Limits) -> pa
     if items and max(map(len, items)) > limits.max_string:
         raise DumpRejected("too_large", f"field '{name}' holds a string over {limits.max_string:,} characters")
     try:
-        strings = _compiled_array(items, pa.string(), len(items))
-        if strings is None:
-            strings = pa.array(items, pa.string())
+        strings = _scalar_array(items, pa.string(), len(items))
     except UnicodeError:
         raise DumpRejected("bad_text", f"field '{name}' holds an unpaired surrogate, which UTF-8 cannot store") from None
     return pa.ListArray.from_arrays(offsets, strings, type=_DTYPES, mask=mask)
@@ -277,6 +274,14 @@ _SCALAR_KINDS = {} if _speedups is None else {
     pa.int64(): _speedups.INT64, pa.float64(): _speedups.FLOAT64, pa.bool_(): _speedups.BOOL, pa.string(): _speedups.STRING}
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+
+
+def _scalar_array(values, typ: pa.DataType, n: int) -> pa.Array:
+    """A column of ``n`` values as an Arrow array: from the compiled buffers
+    where they can be built, else by ``pa.array``, whose errors the callers
+    turn into the dump's rejection."""
+    built = _compiled_array(values, typ, n)
+    return built if built is not None else pa.array(values, typ, size=n)
 
 
 def _compiled_array(values, typ: pa.DataType, n: int) -> pa.Array | None:
