@@ -1,4 +1,5 @@
-"""The compiled passes of the dump parser (frlake/ingest/_speedups.pyx).
+"""The compiled passes of the dump parser (frlake/ingest/_speedups.pyx) and
+its reader of pickles into columns (frlake/ingest/_fastpickle.pyx).
 
 They are optional: where Cython or a C compiler is missing, or the build
 fails, the install goes on without them and frlake runs the same passes in
@@ -36,6 +37,7 @@ except ImportError:  # without Cython (a build without isolation): no extension
 else:
     from setuptools import Extension
 
-    extensions = cythonize([Extension("frlake.ingest._speedups", ["frlake/ingest/_speedups.pyx"])])
+    extensions = cythonize([Extension(f"frlake.ingest.{name}", [f"frlake/ingest/{name}.pyx"])
+                            for name in ("_speedups", "_fastpickle")])
 
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

@@ -14,7 +14,8 @@ run and from a warm page cache times:
               ``Frlake.ingest`` runs after it (``IngestOptions(diagnose=False)``);
   * rescan  : a no-op re-run over the same tree (nothing changed), and over a
               tree of --rescan-files files (hard links to the test corpus);
-  * per file: CPU ms per dump of each step of a worker (safe unpickle, column
+  * per file: CPU ms per dump of each step of a worker (the fast reader's
+              decode and parse beside the reference's safe unpickle and column
               parse, Arrow tables, raw copy, sha256, Parquet) on --breakdown-files
               of the dumps, beside plain pickle.load with and without the GC.
 Prints the ratios and writes bench/results/ingest.json.
@@ -100,7 +101,7 @@ def per_file_breakdown(files: list[Path], batch: int = 32) -> dict[str, float]:
     import pyarrow as pa
 
     from frlake.ingest.identity import Identity
-    from frlake.ingest.parse import Limits, parse_dump
+    from frlake.ingest.parse import Limits, parse_bytes, parse_dump
     from frlake.ingest.safeload import decode
     from frlake.ingest.sources import Source
     from frlake.ingest.worker import _dump_tables, gc_paused
@@ -129,6 +130,10 @@ def per_file_breakdown(files: list[Path], batch: int = 32) -> dict[str, float]:
         "plain_pickle_load_gc_on": best(lambda: each(pickle.loads, datas), gc_on=True),
         "plain_pickle_load_gc_off": best(lambda: each(pickle.loads, datas)),
         "safe_unpickle": best(lambda: each(decode, datas, [1 << 31] * len(datas))),
+        # What a worker runs: the fast reader's decode and parse (frlake/ingest/_fastpickle.pyx), and the
+        # reference's (safe unpickling, then the parse of the Python objects: the two steps below).
+        "fast_read_and_parse": best(lambda: each(lambda d: parse_bytes(d, limits), datas)),
+        "reference_read_and_parse": best(lambda: each(lambda d: parse_bytes(d, limits, native=False), datas)),
     }
     decoded = [decode(d, 1 << 31) for d in datas]
     parsed = [parse_dump(obj, enc, len(d), limits) for (obj, enc), d in zip(decoded, datas)]

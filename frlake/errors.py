@@ -5,6 +5,12 @@ class FrlakeError(Exception):
     """Base class for every error frlake reports to a user."""
 
 
+class NotNative(Exception):
+    """The fast reader of pickles (frlake/ingest/_fastpickle.pyx) cannot vouch
+    for a dump: the reference (the safe unpickler and the parser) reads it,
+    and says what is wrong with it. Never reaches a user."""
+
+
 # Why a file was set aside: the stable codes recorded in the catalog's
 # ``files.reason`` column, with what each means (docs/security.md lists them all).
 REJECT_REASONS: dict[str, str] = {

@@ -38,7 +38,7 @@ def _print_version(value: bool) -> None:
             number = "unknown"
         from importlib.util import find_spec
 
-        compiled = find_spec("frlake.ingest._speedups") is not None
+        compiled = all(find_spec(f"frlake.ingest.{name}") is not None for name in ("_speedups", "_fastpickle"))
         typer.echo(f"frlake {number} ({'compiled parser' if compiled else 'parser in Python: built without a C compiler'})")
         raise typer.Exit()
 

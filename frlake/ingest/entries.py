@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from frlake import schema
-from frlake.errors import DumpRejected
+from frlake.errors import DumpRejected, NotNative
 from frlake.ingest.checks import NONE, Budget, bounded_json, int64, ints_in_range, storable_text, wrong_type
 from frlake.ingest.limits import Limits
 from frlake.signatures import signatures_of
@@ -24,6 +24,13 @@ try:  # the passes over every value, compiled (frlake/ingest/_speedups.pyx); wit
     from frlake.ingest import _speedups
 except ImportError:  # pragma: no cover - a build without a compiler
     _speedups = None
+try:  # entries read from a pickle's bytes into columns (frlake/ingest/_fastpickle.pyx)
+    from frlake.ingest import _fastpickle
+except ImportError:  # pragma: no cover - a build without a compiler
+    _fastpickle = None
+
+# What a dump's ``entries`` may be once decoded: a list, or entries that the fast reader left as columns.
+ENTRY_LISTS = (list,) if _fastpickle is None else (list, _fastpickle.NativeEntries)
 
 # Every FR key an entry may hold, and the Python types its values may have
 # (besides None), from the one table of entry fields (frlake.schema).
@@ -48,6 +55,8 @@ def stack_id(frames_key: tuple) -> int:
 
 
 def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
+    if type(raw) is not list:  # left as columns by the fast reader
+        return _native_columns(raw, budget, limits)
     n = len(raw)
     found = set(map(type, raw)) - {dict}
     if found:
@@ -134,6 +143,11 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
         arrays[name] = _shapes(arrays[name], name, budget, limits)
     for name in ("input_dtypes", "output_dtypes"):
         arrays[name] = _string_lists(arrays[name], name, budget, limits)
+    return _finish(arrays, n, limits), stacks
+
+
+def _finish(arrays: dict, n: int, limits: Limits) -> dict[str, pa.Array]:
+    """The signatures of the lists, and every column as an Arrow array of its type."""
     for pair in (schema.SIGNED[:2], schema.SIGNED[2:]):  # inputs and outputs together: shapes, then dtypes
         for (_, sig), values in zip(pair, signatures_of(*(arrays[name] for name, _ in pair)), strict=True):
             arrays[sig] = values
@@ -154,7 +168,137 @@ def entry_columns(raw: list, encoding: str, budget: Budget, limits: Limits):
             raise DumpRejected("bad_schema", f"field '{name}' has a value of the wrong type") from None
         if typ == pa.string():
             _check_lengths(out[name], name, limits)
-    return out, stacks
+    return out
+
+
+# The kind of value of every known field that the fast reader builds columns of (what a well-formed dump of
+# torch 2.4 and later holds); the fields of older dumps it leaves to the reference.
+_NATIVE_KINDS = {} if _fastpickle is None else {
+    **dict.fromkeys(("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
+                     "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"), _fastpickle.K_INT),
+    "duration_ms": _fastpickle.K_FLOAT,
+    **dict.fromkeys(("retired", "is_p2p"), _fastpickle.K_BOOL),
+    **dict.fromkeys(("profiling_name", "state", "thread_id", "thread_name"), _fastpickle.K_STR),
+    "process_group": _fastpickle.K_PAIR,
+    **dict.fromkeys(("input_sizes", "output_sizes"), _fastpickle.K_SIZES),
+    **dict.fromkeys(("input_dtypes", "output_dtypes"), _fastpickle.K_DTYPES),
+    "frames": _fastpickle.K_FRAMES,
+    **dict.fromkeys(("seq_id", "time_created_us"), _fastpickle.K_REFUSE),
+}
+assert not _NATIVE_KINDS or _NATIVE_KINDS.keys() == KNOWN_ENTRY_KEYS, "every known field has a kind for the fast reader"
+_NATIVE_NAMES = list(_NATIVE_KINDS)
+_NATIVE_KIND_BYTES = bytes(_NATIVE_KINDS.values())
+
+
+def _native_columns(raw, budget: Budget, limits: Limits) -> tuple[dict[str, pa.Array], dict[int, list[dict]]]:
+    """:func:`entry_columns` of entries that the fast reader left in its graph: the same columns and
+    stacks, built from its buffers. Anything it cannot vouch for raises NotNative (see frlake.errors)
+    before anything is spent or kept, and the reference reads the dump."""
+    built = raw.graph.entry_cells(raw.node, _NATIVE_NAMES, _NATIVE_KIND_BYTES, min(limits.max_tensors_per_entry, 2**31),
+                                  min(limits.max_dims, 2**31), min(limits.max_frames, 2**31), min(limits.max_string, 2**31))
+    if built is None:
+        raise NotNative("a value the fast reader does not build columns of")
+    n, fields, cols = built
+    if fields * limits.min_field_bytes > max(budget.size, 4096):
+        raise NotNative("the entries hold more fields than their bytes: the reference says so")
+    (pg_name, pg_desc) = cols["process_group"]
+    if n and pg_name[0] == 0 and pg_desc[0] == 0:  # no (name, desc) pair: the reference names groups by their pg_id
+        raise NotNative("no process_group pairs")
+    frame_lists, frames, distinct, places, placed, valid_places = cols["frames"]
+    sizes = [cols["input_sizes"], cols["output_sizes"]]
+    dtypes = [cols["input_dtypes"], cols["output_dtypes"]]
+    # What the reference pays, in its order: the frames, each list's tensors and dims, each list's dtypes.
+    spends = [(frames + frame_lists if frame_lists else 0, "frames")]
+    for name, c in zip(("input_sizes", "output_sizes"), sizes):
+        spends += [(c[5], name), (c[6], name)]
+    spends += [(c[5], name) for name, c in zip(("input_dtypes", "output_dtypes"), dtypes)]
+    if sum(amount for amount, _ in spends) > budget.left:
+        raise NotNative("over the expansion budget: the reference says where")
+    for amount, what in spends:
+        budget.spend(amount, what)
+
+    stacks: dict[int, list[dict]] = {}
+    ids = [_intern_stack(raw.graph.node_object(node), stacks, limits) for node in distinct]
+    at = pa.Array.from_buffers(pa.int32(), n, [_bits(valid_places, placed, n), pa.py_buffer(places)], null_count=n - placed)
+    strings = {name: _native_array(pa.string(), n, cols[name])
+               for name in ("profiling_name", "state", "thread_id", "thread_name")}
+    backend, op, src, dst, derived_p2p = _names_of_array(strings["profiling_name"], limits)
+    is_p2p = derived_p2p
+    if cols["is_p2p"][0]:  # a true flag is kept (see entry_columns)
+        flags = _native_array(pa.bool_(), n, cols["is_p2p"])
+        is_p2p = pc.or_(pc.fill_null(flags, False), pc.fill_null(derived_p2p, False))
+    ints = {name: _native_array(pa.int64(), n, cols[name])
+            for name in ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
+                         "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms")}
+    arrays = {
+        "entry_index": pa.array(range(n), pa.int32()),
+        "record_id": ints["record_id"],
+        "pg_id": ints["pg_id"],
+        "pg_name": _native_array(pa.string(), n, pg_name),
+        "pg_desc": _native_array(pa.string(), n, pg_desc),
+        "collective_seq_id": ints["collective_seq_id"],
+        "p2p_seq_id": ints["p2p_seq_id"],
+        "op_id": ints["op_id"],
+        "profiling_name": strings["profiling_name"],
+        "backend": backend,
+        "op": op,
+        "is_p2p": is_p2p,
+        "p2p_src": src,
+        "p2p_dst": dst,
+        "state": strings["state"],
+        "time_created_ns": ints["time_created_ns"],
+        "time_discovered_started_ns": ints["time_discovered_started_ns"],
+        "time_discovered_completed_ns": ints["time_discovered_completed_ns"],
+        "duration_ms": _native_array(pa.float64(), n, cols["duration_ms"]),
+        "retired": _native_array(pa.bool_(), n, cols["retired"]),
+        "timeout_ms": ints["timeout_ms"],
+        "input_sizes": _native_sizes(n, sizes[0]),
+        "input_dtypes": _native_dtypes(n, dtypes[0]),
+        "output_sizes": _native_sizes(n, sizes[1]),
+        "output_dtypes": _native_dtypes(n, dtypes[1]),
+        "thread_id": strings["thread_id"],
+        "thread_name": strings["thread_name"],
+        "stack_id": pa.array(ids, pa.int64()).take(at),
+        "extra": pa.nulls(n, pa.string()),
+    }
+    return _finish(arrays, n, limits), stacks
+
+
+def _bits(bitmap: bytearray | None, valid: int, n: int) -> pa.Buffer | None:
+    return None if bitmap is None or valid == n else pa.py_buffer(bitmap)
+
+
+def _native_array(typ: pa.DataType, n: int, built: tuple) -> pa.Array:
+    """A column of scalars from the fast reader's buffers: (valid, validity, data) or, for strings,
+    (valid, validity, offsets, data)."""
+    valid, validity, *data = built
+    return pa.Array.from_buffers(typ, n, [_bits(validity, valid, n), *map(pa.py_buffer, data)], null_count=n - valid)
+
+
+def _mask(n: int, valid: int, nulls: bytearray | None) -> pa.Array | None:
+    return None if nulls is None or valid == n else pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(nulls)])
+
+
+def _native_sizes(n: int, built: tuple) -> pa.Array:
+    valid, nulls, outer, inner, dims, tensors, n_dims = built
+    flat = pa.Array.from_buffers(pa.int64(), n_dims, [None, pa.py_buffer(dims)])
+    shapes = pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), tensors + 1, [None, pa.py_buffer(inner)]), flat)
+    offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(outer)])
+    return pa.ListArray.from_arrays(offsets, shapes, type=_SIZES, mask=_mask(n, valid, nulls))
+
+
+def _native_dtypes(n: int, built: tuple) -> pa.Array:
+    valid, nulls, outer, offsets, text, items, _ = built
+    strings = pa.Array.from_buffers(pa.string(), items, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+    outer_offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(outer)])
+    return pa.ListArray.from_arrays(outer_offsets, strings, type=_DTYPES, mask=_mask(n, valid, nulls))
+
+
+def _names_of_array(profiling_names: pa.Array, limits: Limits) -> tuple[pa.Array, ...]:
+    """:func:`_names` of a column that is already Arrow: each distinct name split once."""
+    encoded = pc.dictionary_encode(profiling_names)
+    parts = list(zip(*(_split_name(name, limits) for name in encoded.dictionary.to_pylist()))) or [()] * 5
+    return tuple(pa.array(values, typ).take(encoded.indices) for values, typ in zip(parts, _NAME_TYPES))
 
 
 def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type]], bool]:

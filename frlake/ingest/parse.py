@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from frlake.errors import DumpRejected
+from frlake.errors import DumpRejected, NotNative
 from frlake.ingest.checks import Budget, bounded_json, int64, ints_in_range, short_str, storable_output
-from frlake.ingest.entries import entry_columns
+from frlake.ingest.entries import ENTRY_LISTS, entry_columns
 from frlake.ingest.limits import EXPANSION_FACTOR, Limits, machine_memory
+from frlake.ingest.safeload import decode
 
-__all__ = ["EXPANSION_FACTOR", "Limits", "ParsedDump", "machine_memory", "parse_dump"]
+__all__ = ["EXPANSION_FACTOR", "Limits", "ParsedDump", "machine_memory", "parse_bytes", "parse_dump"]
 
 KNOWN_TOP_KEYS = frozenset(
     {"entries", "version", "pg_config", "pg_status", "nccl_version", "comm_lib_version", "nccl_comm_state",
@@ -66,6 +67,22 @@ class ParsedDump:
     stats: dict[str, int | None] = field(default_factory=dict)
 
 
+def parse_bytes(data: bytes, limits: Limits = Limits(), native: bool = True) -> tuple[ParsedDump, str]:
+    """Decode and parse the bytes of one dump: ``(parsed, encoding)``, or DumpRejected.
+
+    A pickle is read by the fast reader (frlake/ingest/_fastpickle.pyx)
+    where it can vouch for every value, else, and with ``native`` false, by
+    the safe unpickler and :func:`parse_dump`: the same result either way."""
+    cap = len(data) if limits.max_file_bytes is None else limits.max_file_bytes  # (limits not resolved: no cap)
+    try:
+        obj, encoding = decode(data, cap, native=native)
+        return parse_dump(obj, encoding, len(data), limits), encoding
+    except NotNative:
+        pass
+    obj, encoding = decode(data, cap)
+    return parse_dump(obj, encoding, len(data), limits), encoding
+
+
 def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits()) -> ParsedDump:
     """Normalize a decoded dump (see module docstring) or raise DumpRejected."""
     budget = Budget(size, limits)
@@ -81,7 +98,7 @@ def parse_dump(obj: object, encoding: str, size: int, limits: Limits = Limits())
         raw_entries = top.get("entries", [])
     else:
         raise DumpRejected("not_flight_recorder", f"the file holds a {type(obj).__name__}, not a Flight Recorder dump")
-    if not isinstance(raw_entries, list):
+    if not isinstance(raw_entries, ENTRY_LISTS):
         raise DumpRejected("bad_schema", f"'entries' is a {type(raw_entries).__name__}, not a list")
     if len(raw_entries) > limits.max_entries:
         raise DumpRejected("too_large", f"{len(raw_entries):,} entries exceed the limit of {limits.max_entries:,}")

@@ -20,6 +20,11 @@ import pickle
 
 from frlake.errors import DumpRejected
 
+try:  # the reader of pickles into columns (frlake/ingest/_fastpickle.pyx); without a C compiler, none
+    from frlake.ingest import _fastpickle
+except ImportError:  # pragma: no cover - a build without a compiler
+    _fastpickle = None
+
 PICKLE = "pickle"
 JSON = "json"
 
@@ -52,12 +57,24 @@ def detect_encoding(data: bytes) -> str:
     raise DumpRejected("unknown_encoding", "the file is neither a pickle nor JSON")
 
 
-def decode(data: bytes, max_bytes: int) -> tuple[object, str]:
-    """Return ``(object, encoding)`` for the bytes of one dump file."""
+def decode(data: bytes, max_bytes: int, native: bool = False) -> tuple[object, str]:
+    """Return ``(object, encoding)`` for the bytes of one dump file.
+
+    ``native``: a pickle that the fast reader knows is read by it, its
+    entries left as columns to be (``_fastpickle.NativeEntries``); the parse
+    of such an object may raise :class:`frlake.errors.NotNative`, and then
+    the caller decodes the bytes again without ``native``."""
     if len(data) > max_bytes:
         raise DumpRejected("too_large", f"the file is {len(data):,} bytes, over the {max_bytes:,}-byte limit")
     encoding = detect_encoding(data)
     if encoding == PICKLE:
+        if native and _fastpickle is not None and type(data) is bytes:
+            try:
+                top = _fastpickle.read(data)
+            except MemoryError:  # the reference says whether the dump is over the memory budget
+                top = None
+            if top is not None:
+                return top, encoding
         return _unpickle(data), encoding
     return _parse_json(data), encoding
 

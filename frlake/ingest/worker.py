@@ -27,8 +27,7 @@ from frlake.catalog.store import CLAIMED_TWICE, Catalog, DumpRecord, FileRecord
 from frlake.errors import DumpRejected, safe_text
 from frlake.ingest import livestacks
 from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_ns
-from frlake.ingest.parse import Limits, ParsedDump, parse_dump
-from frlake.ingest.safeload import decode
+from frlake.ingest.parse import Limits, ParsedDump, parse_bytes
 from frlake.ingest.sources import Source, read_regular_file
 from frlake.lake import Lake, compress_raw, new_part_name
 
@@ -376,9 +375,7 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
         return _Dump(Identity(o.job, o.attempt, host, rank), None, None, {}, sha)
     limits = ctx.limits
     with cpu_budget(limits.cpu_budget(len(data))), memory_budget(limits.memory_bytes), gc_paused():
-        obj, encoding = decode(data, limits.max_file_bytes)
-        parsed = parse_dump(obj, encoding, len(data), limits)
-        del obj
+        parsed, encoding = parse_bytes(data, limits)
         ident = resolver.resolve(src.key, parsed.identity)
         _check_world(ident, parsed)
         key = dump_key(sha, data, parsed, ident)
