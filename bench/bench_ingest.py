@@ -1,9 +1,11 @@
 """Ingest benchmark: frlake ingest against plainly unpickling the same files.
 
-    python bench/bench_ingest.py [--world 256] [--entries 2000] [--workdir DIR]
+    python bench/bench_ingest.py [--world 256] [--entries 2000] [--rounds 3] [--workdir DIR]
 
 Generates a faithful synthetic NCCL-style job (bench/synth.py), then in one
-run and from a warm page cache times:
+run and from a warm page cache times, in --rounds rounds that each run every
+contender once (the figures are medians, each ratio the median of the
+rounds' ratios: the machine's speed moves, and moves all of them alike):
   * plain   : pickle.load of every file (what a script would do, unsafely),
               timed in a fresh Python process (and, for the record, in this one);
   * ingest 1: frlake ingest with one worker (safe load, parse, raw copy,
@@ -31,6 +33,7 @@ import os
 import pickle
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -171,6 +174,7 @@ def main() -> None:
     ap.add_argument("--rescan-files", type=int, default=100_000)
     ap.add_argument("--breakdown-files", type=int, default=64, help="dumps the per-file breakdown reads (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every contender, one after the other (medians)")
     args = ap.parse_args()
 
     work = Path(args.workdir)
@@ -190,7 +194,6 @@ def main() -> None:
     # The baseline is a script that unpickles the files: a fresh process, whose garbage collector has only
     # its own few objects to walk. In this process (frlake, pyarrow and the generator loaded) the same loop
     # is 1.5-2x slower, which flattered the ratios of the runs before 2026-12-02's seventh.
-    t_plain, cpu_plain = plain_in_fresh_process(files)
     t_plain_here, cpu_plain_here, _ = cpu_timed(plain)
     # Once per lake: creating its catalog (the migrations), timed apart. Each run below ingests into a new
     # lake whose catalog exists, as every ingest but a lake's first does (the runs before 2026-12-02's eighth
@@ -204,29 +207,42 @@ def main() -> None:
             fl.catalog
         return settings
 
-    results = {"world": args.world, "entries_per_rank": args.entries, "files": len(files),
-                "pickle_bytes": pickle_bytes, "plain_unpickle_s": round(t_plain, 3),
-                "plain_unpickle_cpu_s": round(cpu_plain, 3), "plain_unpickle_in_bench_process_s": round(t_plain_here, 3),
-                "catalog_create_s": round(t_catalog, 3)}
+    # Rounds: each runs every contender once, one after the other, so that a machine whose speed moves
+    # (these VMs' does, by up to 40% within the hour) slows all of them alike; the figures are the medians,
+    # and each ratio the median of the rounds' ratios.
+    rounds: list[dict] = []
+    for r in range(args.rounds):
+        row: dict = {}
+        row["plain_unpickle_s"], row["plain_unpickle_cpu_s"] = plain_in_fresh_process(files)
+        for diagnose in (True, False):  # with the diagnosis that Frlake.ingest runs after it, and alone
+            for workers in (1, 2):
+                key = f"ingest{'' if diagnose else '_only'}_w{workers}"
+                lake = new_lake(f"lake-{r}-w{workers}{'' if diagnose else '-only'}")
+                t, cpu, summary = cpu_timed(lambda: ingest([dumps], lake, IngestOptions(workers=workers, diagnose=diagnose)))
+                assert summary.ingested == len(files) and summary.rejected == 0, summary
+                assert bool(summary.diagnosed) == diagnose, summary
+                row[f"{key}_s"] = t
+                if workers == 1:  # in-process: every CPU second of the ingest is this process'
+                    row[f"{key}_cpu_s"] = cpu
+                row[f"entries_w{workers}"] = summary.entries
+        rounds.append(row)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k.endswith("_s")), flush=True)
 
-    for workers in (1, 2):
-        lake = new_lake(f"lake-w{workers}")
-        t, cpu, summary = cpu_timed(lambda: ingest([dumps], lake, IngestOptions(workers=workers)))
-        assert summary.ingested == len(files) and summary.rejected == 0, summary
-        results[f"ingest_w{workers}_s"] = round(t, 3)
-        if workers == 1:  # in-process: every CPU second of the ingest is this process'
-            results["ingest_w1_cpu_s"] = round(cpu, 3)
-        results[f"entries_w{workers}"] = summary.entries
+    def median(key: str) -> float:
+        return round(statistics.median(row[key] for row in rounds), 3)
 
-    for workers in (1, 2):  # the ingest alone: no diagnosis after it
-        lake = new_lake(f"lake-only-w{workers}")
-        t, cpu, summary = cpu_timed(lambda: ingest([dumps], lake, IngestOptions(workers=workers, diagnose=False)))
-        assert summary.ingested == len(files) and summary.rejected == 0 and not summary.diagnosed, summary
-        results[f"ingest_only_w{workers}_s"] = round(t, 3)
-        if workers == 1:
-            results["ingest_only_w1_cpu_s"] = round(cpu, 3)
+    def ratio(a: str, b: str) -> float:
+        return round(statistics.median(row[a] / row[b] for row in rounds), 2)
 
-    lake = Settings.resolve(work / "lake-w2")
+    t_plain, cpu_plain = median("plain_unpickle_s"), median("plain_unpickle_cpu_s")
+    results = {"world": args.world, "entries_per_rank": args.entries, "files": len(files), "rounds": args.rounds,
+               "pickle_bytes": pickle_bytes, "plain_unpickle_s": t_plain, "plain_unpickle_cpu_s": cpu_plain,
+               "plain_unpickle_in_bench_process_s": round(t_plain_here, 3), "catalog_create_s": round(t_catalog, 3)}
+    results |= {key: median(key) for key in rounds[0] if key.startswith("ingest")}
+    results |= {f"entries_w{w}": rounds[0][f"entries_w{w}"] for w in (1, 2)}
+    results["each_round"] = [{k: round(v, 3) for k, v in row.items()} for row in rounds]
+
+    lake = Settings.resolve(work / f"lake-{args.rounds - 1}-w2")
     t_noop, summary = timed(lambda: ingest([dumps], lake, IngestOptions(workers=2)))
     assert summary.ingested == 0 and summary.unchanged == len(files)
     results["rescan_noop_s"] = round(t_noop, 3)
@@ -259,18 +275,19 @@ def main() -> None:
         results.update({"rescan_tree_files": n, "rescan_tree_first_s": round(t_first, 3),
                         "rescan_tree_noop_s": round(t_again, 3), "rescan_us_per_file": round(t_again / n * 1e6, 1)})
 
-    results["ratio_ingest_w1_vs_plain"] = round(results["ingest_w1_s"] / t_plain, 2)
-    results["ratio_ingest_w2_vs_plain"] = round(results["ingest_w2_s"] / t_plain, 2)
-    results["ratio_ingest_w1_vs_plain_cpu"] = round(results["ingest_w1_cpu_s"] / cpu_plain, 2)
-    results["speedup_w2_vs_w1"] = round(results["ingest_w1_s"] / results["ingest_w2_s"], 2)
+    results["ratio_ingest_w1_vs_plain"] = ratio("ingest_w1_s", "plain_unpickle_s")
+    results["ratio_ingest_w2_vs_plain"] = ratio("ingest_w2_s", "plain_unpickle_s")
+    results["ratio_ingest_w1_vs_plain_cpu"] = ratio("ingest_w1_cpu_s", "plain_unpickle_cpu_s")
+    results["speedup_w2_vs_w1"] = ratio("ingest_w1_s", "ingest_w2_s")
     results["parquet_over_pickle"] = round(results["parquet_bytes"] / pickle_bytes, 3)
-    results["ratio_ingest_only_w1_vs_plain"] = round(results["ingest_only_w1_s"] / t_plain, 2)
-    results["ratio_ingest_only_w1_vs_plain_cpu"] = round(results["ingest_only_w1_cpu_s"] / cpu_plain, 2)
-    results["speedup_only_w2_vs_w1"] = round(results["ingest_only_w1_s"] / results["ingest_only_w2_s"], 2)
+    results["ratio_ingest_only_w1_vs_plain"] = ratio("ingest_only_w1_s", "plain_unpickle_s")
+    results["ratio_ingest_only_w1_vs_plain_cpu"] = ratio("ingest_only_w1_cpu_s", "plain_unpickle_cpu_s")
+    results["speedup_only_w2_vs_w1"] = ratio("ingest_only_w1_s", "ingest_only_w2_s")
     if args.breakdown_files:
         results["per_file_cpu_ms"] = per_file_breakdown(files[: args.breakdown_files])
 
     print(f"{len(files)} files, {pickle_bytes / 1e6:.0f} MB of pickles, {results['entries_w1']:,} entries")
+    print(f"  medians of {args.rounds} rounds; each ratio the median of the rounds' ratios")
     print(f"  plain pickle.load      {t_plain:7.2f} s  ({cpu_plain:.2f} CPU s) in a fresh process; "
           f"{t_plain_here:.2f} s in this one")
     print(f"  frlake ingest, 1 worker {results['ingest_w1_s']:7.2f} s  = {results['ratio_ingest_w1_vs_plain']}x plain "
