@@ -48,17 +48,16 @@ cdef enum:
     T_ABSENT = 10
 
 # The kinds of entry field the columns are built for (frlake.ingest.entries names each field's kind).
-K_INT, K_FLOAT, K_BOOL, K_STR, K_PAIR, K_SIZES, K_DTYPES, K_FRAMES, K_REFUSE = range(9)
-cdef enum:
-    C_INT = 0
-    C_FLOAT = 1
-    C_BOOL = 2
-    C_STR = 3
-    C_PAIR = 4
-    C_SIZES = 5
-    C_DTYPES = 6
-    C_FRAMES = 7
-    C_REFUSE = 8
+cpdef enum Kind:
+    K_INT = 0
+    K_FLOAT = 1
+    K_BOOL = 2
+    K_STR = 3
+    K_PAIR = 4
+    K_SIZES = 5
+    K_DTYPES = 6
+    K_FRAMES = 7
+    K_REFUSE = 8  # a field of older dumps: an entry that holds it is the reference's
 
 cdef struct Val:
     int64_t a      # INT: the value; FLOAT: its bits; STR: its offset in the input; a container: its node
@@ -291,7 +290,6 @@ cdef class Graph:
         cdef uint8_t op
         cdef Val v
         cdef uint64_t bits
-        cdef int64_t target
         v.b = 0
         v.utf8 = 0
         while pos < n:
@@ -648,16 +646,16 @@ cdef class Graph:
                        Py_ssize_t max_tensors, Py_ssize_t max_dims, Py_ssize_t max_frames, Py_ssize_t max_string):
         cdef Py_ssize_t i
         cdef Val v
-        if kind == C_REFUSE:
+        if kind == K_REFUSE:
             for i in range(n):
                 if cells[i * width + j].tag != T_ABSENT:
                     return None
             return ()
-        if kind == C_INT or kind == C_FLOAT or kind == C_BOOL:
+        if kind == K_INT or kind == K_FLOAT or kind == K_BOOL:
             return self.scalars(cells, n, width, j, kind)
-        if kind == C_STR:
+        if kind == K_STR:
             return self.strings(cells, n, width, j, -1, max_string)
-        if kind == C_PAIR:
+        if kind == K_PAIR:
             for i in range(n):
                 v = cells[i * width + j]
                 if v.tag == T_NONE or v.tag == T_ABSENT:
@@ -671,9 +669,9 @@ cdef class Graph:
             if first is None or second is None:
                 return None
             return first, second
-        if kind == C_SIZES:
+        if kind == K_SIZES:
             return self.lists(cells, n, width, j, True, max_tensors, max_dims, max_string)
-        if kind == C_DTYPES:
+        if kind == K_DTYPES:
             return self.lists(cells, n, width, j, False, max_tensors, max_dims, max_string)
         return self.frames(cells, n, width, j, max_frames)
 
@@ -682,7 +680,7 @@ cdef class Graph:
         cdef Py_ssize_t i, valid = 0
         cdef Val v
         validity = bytearray((n + 7) // 8)
-        data = bytearray(8 * n if kind != C_BOOL else (n + 7) // 8)
+        data = bytearray(8 * n if kind != K_BOOL else (n + 7) // 8)
         cdef uint8_t *ok = <uint8_t *>PyByteArray_AS_STRING(validity)
         cdef int64_t *out = <int64_t *>PyByteArray_AS_STRING(data)
         cdef uint8_t *bits = <uint8_t *>PyByteArray_AS_STRING(data)
@@ -690,12 +688,12 @@ cdef class Graph:
             v = cells[i * width + j]
             if v.tag == T_NONE or v.tag == T_ABSENT:
                 continue
-            if kind == C_BOOL:
+            if kind == K_BOOL:
                 if v.tag != T_TRUE and v.tag != T_FALSE:
                     return None
                 if v.tag == T_TRUE:
                     bits[i >> 3] |= 1 << (i & 7)
-            elif v.tag != (T_INT if kind == C_INT else T_FLOAT):
+            elif v.tag != (T_INT if kind == K_INT else T_FLOAT):
                 return None
             else:
                 out[i] = v.a

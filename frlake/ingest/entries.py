@@ -173,21 +173,22 @@ def _finish(arrays: dict, n: int, limits: Limits) -> dict[str, pa.Array]:
 
 # The kind of value of every known field that the fast reader builds columns of (what a well-formed dump of
 # torch 2.4 and later holds); the fields of older dumps it leaves to the reference.
+_KIND = None if _fastpickle is None else _fastpickle.Kind
 _NATIVE_KINDS = {} if _fastpickle is None else {
     **dict.fromkeys(("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
-                     "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"), _fastpickle.K_INT),
-    "duration_ms": _fastpickle.K_FLOAT,
-    **dict.fromkeys(("retired", "is_p2p"), _fastpickle.K_BOOL),
-    **dict.fromkeys(("profiling_name", "state", "thread_id", "thread_name"), _fastpickle.K_STR),
-    "process_group": _fastpickle.K_PAIR,
-    **dict.fromkeys(("input_sizes", "output_sizes"), _fastpickle.K_SIZES),
-    **dict.fromkeys(("input_dtypes", "output_dtypes"), _fastpickle.K_DTYPES),
-    "frames": _fastpickle.K_FRAMES,
-    **dict.fromkeys(("seq_id", "time_created_us"), _fastpickle.K_REFUSE),
+                     "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"), _KIND.K_INT),
+    "duration_ms": _KIND.K_FLOAT,
+    **dict.fromkeys(("retired", "is_p2p"), _KIND.K_BOOL),
+    **dict.fromkeys(("profiling_name", "state", "thread_id", "thread_name"), _KIND.K_STR),
+    "process_group": _KIND.K_PAIR,
+    **dict.fromkeys(("input_sizes", "output_sizes"), _KIND.K_SIZES),
+    **dict.fromkeys(("input_dtypes", "output_dtypes"), _KIND.K_DTYPES),
+    "frames": _KIND.K_FRAMES,
+    **dict.fromkeys(("seq_id", "time_created_us"), _KIND.K_REFUSE),
 }
 assert not _NATIVE_KINDS or _NATIVE_KINDS.keys() == KNOWN_ENTRY_KEYS, "every known field has a kind for the fast reader"
 _NATIVE_NAMES = list(_NATIVE_KINDS)
-_NATIVE_KIND_BYTES = bytes(_NATIVE_KINDS.values())
+_NATIVE_KIND_BYTES = bytes(map(int, _NATIVE_KINDS.values()))
 
 
 def _native_columns(raw, budget: Budget, limits: Limits) -> tuple[dict[str, pa.Array], dict[int, list[dict]]]:
