@@ -78,6 +78,7 @@ cdef struct Chunk:
     int64_t next
 
 cdef Val _NOTHING  # where an empty container's values are
+cdef Py_ssize_t _INT32_END = 2147483648  # 2**31: Arrow's 32-bit offsets count up to it (a C constant: no Python int)
 
 
 cdef inline bint _take(Py_ssize_t pos, Py_ssize_t k, Py_ssize_t n, Py_ssize_t *end) noexcept:
@@ -188,7 +189,7 @@ cdef class Graph:
 
     # ---- the machine -------------------------------------------------------------------------------------
 
-    cdef int push(self, Val v) except -1:
+    cdef inline int push(self, Val v) except -1:
         if self.n_stack == self.cap_stack:
             _grow(<void **>&self.stack, &self.cap_stack, self.n_stack + 1, sizeof(Val))
         self.stack[self.n_stack] = v
@@ -230,7 +231,7 @@ cdef class Graph:
         self.n_chunks += 1
         self.n_arena += count
         if self.nodes[node].last < 0:
-            if c >= 2**31 - 1:
+            if c >= _INT32_END - 1:
                 raise MemoryError()
             self.nodes[node].first = <int32_t>c
             self.nodes[node].start = self.chunks[c].start
@@ -607,11 +608,11 @@ cdef class Graph:
                     if seen & (<uint64_t>1 << j):
                         return None
                     seen |= <uint64_t>1 << j
-                    cells[i * width + j] = items[at + 1]
+                    cells[j * n + i] = items[at + 1]
                 fields += count >> 1
             columns = {}
             for j in range(width):
-                built = self.column(cells, n, width, j, kind[j], max_tensors, max_dims, max_frames, max_string)
+                built = self.column(cells + j * n, n, kind[j], max_tensors, max_dims, max_frames, max_string)
                 if built is None:
                     return None
                 columns[names[j]] = built
@@ -642,40 +643,41 @@ cdef class Graph:
                 return j
         return -1
 
-    cdef object column(self, Val *cells, Py_ssize_t n, Py_ssize_t width, Py_ssize_t j, uint8_t kind,
-                       Py_ssize_t max_tensors, Py_ssize_t max_dims, Py_ssize_t max_frames, Py_ssize_t max_string):
+    cdef object column(self, Val *col, Py_ssize_t n, uint8_t kind, Py_ssize_t max_tensors, Py_ssize_t max_dims,
+                       Py_ssize_t max_frames, Py_ssize_t max_string):
+        """One field's column, from its values (``col``: one per entry)."""
         cdef Py_ssize_t i
         cdef Val v
         if kind == K_REFUSE:
             for i in range(n):
-                if cells[i * width + j].tag != T_ABSENT:
+                if col[i].tag != T_ABSENT:
                     return None
             return ()
         if kind == K_INT or kind == K_FLOAT or kind == K_BOOL:
-            return self.scalars(cells, n, width, j, kind)
+            return self.scalars(col, n, kind)
         if kind == K_STR:
-            return self.strings(cells, n, width, j, -1, max_string)
+            return self.strings(col, n, -1, max_string)
         if kind == K_PAIR:
             for i in range(n):
-                v = cells[i * width + j]
+                v = col[i]
                 if v.tag == T_NONE or v.tag == T_ABSENT:
                     continue
                 if v.tag != T_TUPLE and v.tag != T_LIST:
                     return None
                 if self.nodes[v.a].size != 2 or self.nodes[v.a].first != self.nodes[v.a].last:
                     return None
-            first = self.strings(cells, n, width, j, 0, max_string)
-            second = self.strings(cells, n, width, j, 1, max_string)
+            first = self.strings(col, n, 0, max_string)
+            second = self.strings(col, n, 1, max_string)
             if first is None or second is None:
                 return None
             return first, second
         if kind == K_SIZES:
-            return self.lists(cells, n, width, j, True, max_tensors, max_dims, max_string)
+            return self.lists(col, n, True, max_tensors, max_dims, max_string)
         if kind == K_DTYPES:
-            return self.lists(cells, n, width, j, False, max_tensors, max_dims, max_string)
-        return self.frames(cells, n, width, j, max_frames)
+            return self.lists(col, n, False, max_tensors, max_dims, max_string)
+        return self.frames(col, n, max_frames)
 
-    cdef object scalars(self, Val *cells, Py_ssize_t n, Py_ssize_t width, Py_ssize_t j, uint8_t kind):
+    cdef object scalars(self, Val *col, Py_ssize_t n, uint8_t kind):
         """(non-null count, validity or None, data) of an int64, float64 or bool column."""
         cdef Py_ssize_t i, valid = 0
         cdef Val v
@@ -685,7 +687,7 @@ cdef class Graph:
         cdef int64_t *out = <int64_t *>PyByteArray_AS_STRING(data)
         cdef uint8_t *bits = <uint8_t *>PyByteArray_AS_STRING(data)
         for i in range(n):
-            v = cells[i * width + j]
+            v = col[i]
             if v.tag == T_NONE or v.tag == T_ABSENT:
                 continue
             if kind == K_BOOL:
@@ -701,8 +703,7 @@ cdef class Graph:
             valid += 1
         return valid, (None if valid == n else validity), data
 
-    cdef object strings(self, Val *cells, Py_ssize_t n, Py_ssize_t width, Py_ssize_t j, Py_ssize_t part,
-                        Py_ssize_t max_string):
+    cdef object strings(self, Val *col, Py_ssize_t n, Py_ssize_t part, Py_ssize_t max_string):
         """(non-null count, validity or None, offsets, data) of a string column; ``part`` >= 0: that item
         of each pair."""
         cdef Py_ssize_t i, valid = 0, total = 0
@@ -713,12 +714,12 @@ cdef class Graph:
         cdef uint8_t *ok = <uint8_t *>PyByteArray_AS_STRING(validity)
         cdef int32_t *off = <int32_t *>PyByteArray_AS_STRING(offsets)
         for i in range(n):
-            v = self.cell(cells, i, width, j, part)
+            v = self.cell(col, i, part)
             if v.tag == T_STR:
                 if not v.utf8 or v.b > max_string:
                     return None
                 total += v.b
-                if total >= 2**31:
+                if total >= _INT32_END:
                     return None
                 ok[i >> 3] |= 1 << (i & 7)
                 valid += 1
@@ -728,18 +729,18 @@ cdef class Graph:
         data = bytearray(total)
         cdef char *out = PyByteArray_AS_STRING(data)
         for i in range(n):
-            v = self.cell(cells, i, width, j, part)
+            v = self.cell(col, i, part)
             if v.tag == T_STR:
                 memcpy(out + off[i], self.buf + v.a, v.b)
         return valid, (None if valid == n else validity), offsets, data
 
-    cdef inline Val cell(self, Val *cells, Py_ssize_t i, Py_ssize_t width, Py_ssize_t j, Py_ssize_t part) noexcept:
-        cdef Val v = cells[i * width + j]
+    cdef inline Val cell(self, Val *col, Py_ssize_t i, Py_ssize_t part) noexcept:
+        cdef Val v = col[i]
         if part < 0 or (v.tag != T_TUPLE and v.tag != T_LIST):
             return v
         return self.arena[self.nodes[v.a].start + part]
 
-    cdef object lists(self, Val *cells, Py_ssize_t n, Py_ssize_t width, Py_ssize_t j, bint shapes,
+    cdef object lists(self, Val *col, Py_ssize_t n, bint shapes,
                       Py_ssize_t max_tensors, Py_ssize_t max_dims, Py_ssize_t max_string):
         """Tensor shapes (list of lists of ints) or dtypes (list of strings): (non-null count, null mask or
         None, outer offsets, then for shapes: inner offsets, int64 dims, and for dtypes: the strings'
@@ -750,7 +751,7 @@ cdef class Graph:
         cdef Val *ds
         # First pass: types, limits and sizes.
         for i in range(n):
-            v = cells[i * width + j]
+            v = col[i]
             if v.tag == T_NONE or v.tag == T_ABSENT:
                 continue
             if v.tag != T_LIST:
@@ -775,7 +776,7 @@ cdef class Graph:
                     if its[k].tag != T_STR or not its[k].utf8 or its[k].b > max_string:
                         return None
                     inner += its[k].b
-            if items >= 2**31 or inner >= 2**31:
+            if items >= _INT32_END or inner >= _INT32_END:
                 return None
         nulls = bytearray((n + 7) // 8)
         outer = bytearray(4 * (n + 1))
@@ -788,7 +789,7 @@ cdef class Graph:
         cdef char *text = PyByteArray_AS_STRING(third)
         cdef Py_ssize_t at = 0, at2 = 0
         for i in range(n):
-            v = cells[i * width + j]
+            v = col[i]
             if v.tag == T_LIST:
                 its = self.items_of(v.a, &count)
                 for k in range(count):
@@ -807,12 +808,12 @@ cdef class Graph:
             o1[i + 1] = <int32_t>at
         return valid, (None if valid == n else nulls), outer, second, third, items, inner
 
-    cdef object frames(self, Val *cells, Py_ssize_t n, Py_ssize_t width, Py_ssize_t j, Py_ssize_t max_frames):
+    cdef object frames(self, Val *col, Py_ssize_t n, Py_ssize_t max_frames):
         """Stacks: (the number of frame lists, of frames, the nodes of the distinct lists, for each entry
         the place of its list among them (int32), the number of entries with a list, and the validity of
         the places). Lists are the same when they hold the same frame objects, in order (as the reference
         keys them)."""
-        cdef Py_ssize_t i, k, count, lists = 0, depth = 0, other
+        cdef Py_ssize_t i, k, count, lists = 0, depth = 0, other, at, cap = 16, n_distinct = 0
         cdef uint64_t h
         cdef Val v
         cdef Val *its
@@ -822,10 +823,15 @@ cdef class Graph:
         validity = bytearray((n + 7) // 8)
         cdef int32_t *place = <int32_t *>PyByteArray_AS_STRING(places)
         cdef uint8_t *ok = <uint8_t *>PyByteArray_AS_STRING(validity)
-        cdef dict by_hash = {}
-        distinct = []
+        # The distinct lists by hash: open addressing, a slot holds its list's place + 1 (0: empty).
+        while cap < 2 * n:
+            cap <<= 1
+        table = bytearray(cap * (sizeof(uint64_t) + sizeof(int32_t)) + max(n, 1) * sizeof(int64_t))
+        cdef uint64_t *hashes = <uint64_t *>PyByteArray_AS_STRING(table)
+        cdef int32_t *slots = <int32_t *>(PyByteArray_AS_STRING(table) + cap * sizeof(uint64_t))
+        cdef int64_t *found = <int64_t *>(PyByteArray_AS_STRING(table) + cap * (sizeof(uint64_t) + sizeof(int32_t)))
         for i in range(n):
-            v = cells[i * width + j]
+            v = col[i]
             if v.tag == T_NONE or v.tag == T_ABSENT:
                 place[i] = -1
                 continue
@@ -843,20 +849,25 @@ cdef class Graph:
                     return None
                 h ^= <uint64_t>its[k].a + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2)
                 h *= 0xFF51AFD7ED558CCDULL
-            found = by_hash.get(h)
-            if found is None:
-                by_hash[h] = len(distinct)
-                place[i] = len(distinct)
-                distinct.append(v.a)
+            at = <Py_ssize_t>(h & <uint64_t>(cap - 1))
+            while slots[at] != 0 and hashes[at] != h:
+                at = (at + 1) & (cap - 1)
+            if slots[at] == 0:
+                slots[at] = <int32_t>(n_distinct + 1)
+                hashes[at] = h
+                found[n_distinct] = v.a
+                place[i] = <int32_t>n_distinct
+                n_distinct += 1
                 continue
-            other = found
-            prior = self.items_of(distinct[other], &prior_count)
+            other = slots[at] - 1
+            prior = self.items_of(found[other], &prior_count)
             if prior_count != count:
                 return None  # two lists with one hash: the reference keys them exactly
             for k in range(count):
                 if prior[k].a != its[k].a:
                     return None
             place[i] = <int32_t>other
+        distinct = [found[k] for k in range(n_distinct)]
         return lists, depth, distinct, places, lists, validity
 
 
