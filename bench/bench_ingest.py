@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import hashlib
 import json
 import os
@@ -65,8 +66,17 @@ def timed(fn):
     return time.perf_counter() - start, result
 
 
+def settled() -> None:
+    """Start each contender alike: the writes of the one before on disk (an ingest's fsyncs would otherwise
+    wait for the last run's hundreds of MB of lake, which the kernel writes back meanwhile) and this
+    process' garbage collected."""
+    os.sync()
+    gc.collect()
+
+
 def cpu_timed(fn):
     """(wall s, CPU s of this process, result): the CPU seconds do not depend on what else the machine runs."""
+    settled()
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds, result = timed(fn)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -91,6 +101,7 @@ def plain_in_fresh_process(files: list[Path]) -> tuple[float, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as listing:
         listing.write("\n".join(map(str, files)))
         listing.flush()
+        settled()
         out = subprocess.run([sys.executable, "-c", _PLAIN_SCRIPT, listing.name], check=True, capture_output=True,
                              text=True).stdout.split()
     return float(out[0]), float(out[1])
