@@ -23,11 +23,10 @@ from frlake.ingest.parse import parse_bytes, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.ingest.worker import data_size
 from tests.helpers import CORPUS
-from tests.test_speedups import HOSTILE, _dump_files, _entry, _mutate
+from tests.test_speedups import HOSTILE, REAL, _dump_files, _entry, hostile_entry_lists
 
 FAST = entries._fastpickle
 needs_fast = pytest.mark.skipif(FAST is None, reason="frlake was built without a C compiler")
-REAL = CORPUS / "job-223715" / "attempt-0" / "gpu-b03" / "rank_0"
 
 
 def test_the_fast_reader_is_built_where_required():
@@ -110,16 +109,10 @@ def test_hostile_variations_of_real_entries_get_the_same_verdict(seed):
     """Each trial: a real dump's entries, one to three hostile changes, pickled by Python with protocol 2
     (BINPUT, as torch's C++ pickler memoizes) or 4 and 5 (MEMOIZE, FRAME), under the default limits and under
     tight ones. The trials reach the fast reader's both sides: columns built, and dumps given up."""
-    real = decode(REAL.read_bytes(), 1 << 31)[0]["entries"] * 3 + [_entry(r) for r in range(5)]
-    template = pickle.dumps(real, protocol=4)
     tight = Limits(max_tensors_per_entry=3, max_dims=4, max_frames=30, max_string=40)
     small_budget = Limits(expansion_floor=300, expansion_per_byte=0.05)
-    rng = random.Random(seed)
     seen: dict[str, int] = {}
-    for trial in range(300):
-        raw = pickle.loads(template)
-        for _ in range(rng.randint(1, 3)):
-            _mutate(raw, rng)
+    for trial, raw in enumerate(hostile_entry_lists(seed, 300)[1]):
         data = _pickled(raw, (2, 4, 5)[trial % 3])
         limits = [tight, small_budget, Limits()][trial // 3 % 3]
         outcome = _same(data, limits)
@@ -155,7 +148,8 @@ def test_corrupted_bytes_get_the_same_verdict(seed):
             else:
                 data[at] = rng.choice(b"(.0123adehjlqrstu}])NKMJ\x8a\x8c\x94\x95G")
         outcome = _same(bytes(data))
-        verdicts[outcome[1] if outcome[0] == "rejected" else "parsed"] = verdicts.get(outcome[1], 0) + 1
+        verdict = outcome[1] if outcome[0] == "rejected" else "parsed"
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
     assert {"corrupt_pickle", "truncated"} <= verdicts.keys(), verdicts
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -161,23 +162,37 @@ def _mutate(raw: list, rng: random.Random) -> None:
         raw[i][rng.choice(KEYS)] = rng.choice(HOSTILE)
 
 
+REAL = CORPUS / "job-223715" / "attempt-0" / "gpu-b03" / "rank_0"
+
+
+def hostile_entry_lists(seed: int, trials: int) -> tuple[int, Iterator[list]]:
+    """The size of a real dump's entries pickled (five made-up entries added), and ``trials`` times those
+    entries (the memo keeps frames and entries shared) with one to three hostile changes."""
+    real = decode(REAL.read_bytes(), 1 << 31)[0]["entries"] * 3 + [_entry(r) for r in range(5)]
+    template = pickle.dumps(real, protocol=4)
+
+    def lists() -> Iterator[list]:
+        rng = random.Random(seed)
+        for _ in range(trials):
+            raw = pickle.loads(template)
+            for _ in range(rng.randint(1, 3)):
+                _mutate(raw, rng)
+            yield raw
+
+    return len(template), lists()
+
+
 @needs_compiled
 @pytest.mark.parametrize("seed", range(4))
 def test_hostile_variations_of_real_entries_get_the_same_verdict(seed):
-    """Each trial: a real dump's entries (the memo keeps frames and entries shared), one to three hostile changes,
+    """Each trial: a real dump's entries with one to three hostile changes (:func:`hostile_entry_lists`),
     under the default limits and under tight ones (tensors, dims, frames, the expansion budget)."""
-    data = (CORPUS / "job-223715" / "attempt-0" / "gpu-b03" / "rank_0").read_bytes()
-    real = decode(data, 1 << 31)[0]["entries"] * 3 + [_entry(r) for r in range(5)]
-    template = pickle.dumps(real, protocol=4)
+    size_of_real, lists = hostile_entry_lists(seed, 600)
     tight = Limits(max_tensors_per_entry=3, max_dims=4, max_frames=30)
     small_budget = Limits(expansion_floor=300, expansion_per_byte=1)
-    rng = random.Random(seed)
     verdicts: dict[str, int] = {}
-    for trial in range(600):
-        raw = pickle.loads(template)
-        for _ in range(rng.randint(1, 3)):
-            _mutate(raw, rng)
-        limits, size = [(tight, len(template)), (small_budget, 100), (Limits(), len(template))][trial % 3]
+    for trial, raw in enumerate(lists):
+        limits, size = [(tight, size_of_real), (small_budget, 100), (Limits(), size_of_real)][trial % 3]
         outcome = _same({"version": "2.10", "entries": raw}, "pickle", size, limits)
         verdict = outcome[1] if outcome[0] == "rejected" else "parsed"
         verdicts[verdict] = verdicts.get(verdict, 0) + 1

@@ -26,7 +26,7 @@ cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -93,6 +93,15 @@ cdef inline bint _take(Py_ssize_t pos, Py_ssize_t k, Py_ssize_t n, Py_ssize_t *e
             return False
         end[0] = pos + k
     return True
+
+
+cdef inline uint64_t _le(const uint8_t *p, Py_ssize_t k) noexcept:
+    """The unsigned little-endian number in the ``k`` (at most 8) bytes at ``p``."""
+    cdef uint64_t x = 0
+    cdef Py_ssize_t i
+    for i in range(k):
+        x |= (<uint64_t>p[i]) << (8 * i)
+    return x
 
 
 cdef bint _decodable(const uint8_t *s, Py_ssize_t n) except -1:
@@ -305,8 +314,7 @@ cdef class Graph:
             elif op == 0x95:  # FRAME: the reference reads the frame at once, and then reads from it
                 if not _take(pos, 8, n, &end):
                     return -1
-                length = <Py_ssize_t>(<uint64_t>b[pos] | (<uint64_t>b[pos+1] << 8) | (<uint64_t>b[pos+2] << 16) | (<uint64_t>b[pos+3] << 24)
-                                      | (<uint64_t>b[pos+4] << 32) | (<uint64_t>b[pos+5] << 40) | (<uint64_t>b[pos+6] << 48) | (<uint64_t>b[pos+7] << 56))
+                length = <Py_ssize_t>_le(b + pos, 8)
                 pos += 8
                 if length < 0 or length > n - pos:
                     return -1
@@ -387,14 +395,14 @@ cdef class Graph:
                 if not _take(pos, 2, n, &end):
                     return -1
                 v.tag = T_INT
-                v.a = <uint16_t>(b[pos] | (b[pos + 1] << 8))
+                v.a = <int64_t>_le(b + pos, 2)
                 pos += 2
                 self.push(v)
             elif op == 0x4A:  # BININT
                 if not _take(pos, 4, n, &end):
                     return -1
                 v.tag = T_INT
-                v.a = <int32_t>(<uint32_t>b[pos] | (<uint32_t>b[pos+1] << 8) | (<uint32_t>b[pos+2] << 16) | (<uint32_t>b[pos+3] << 24))
+                v.a = <int32_t><uint32_t>_le(b + pos, 4)
                 pos += 4
                 self.push(v)
             elif op == 0x8A:  # LONG1: little-endian two's complement, at most 8 bytes here
@@ -404,9 +412,7 @@ cdef class Graph:
                 pos += 1
                 if length > 8 or not _take(pos, length, n, &end):
                     return -1
-                bits = 0
-                for k in range(length):
-                    bits |= (<uint64_t>b[pos + k]) << (8 * k)
+                bits = _le(b + pos, length)
                 if 0 < length < 8 and (b[pos + length - 1] & 0x80):
                     bits |= ~((<uint64_t>1 << (8 * length)) - 1)  # sign-extend
                 pos += length
@@ -427,9 +433,7 @@ cdef class Graph:
                 k = 1 if op == 0x8C else 4 if op == 0x58 else 8
                 if not _take(pos, k, n, &end):
                     return -1
-                bits = 0
-                for x in range(k):
-                    bits |= (<uint64_t>b[pos + x]) << (8 * x)
+                bits = _le(b + pos, k)
                 pos += k
                 if bits > <uint64_t>(n - pos) or bits >= (<uint64_t>1 << 31) or not _take(pos, <Py_ssize_t>bits, n, &end):
                     return -1
@@ -446,23 +450,19 @@ cdef class Graph:
             elif op == 0x94:  # MEMOIZE
                 if self.memo_put(self.memo_len) < 0:
                     return -1
-            elif op == 0x71 or op == 0x72:  # BINPUT, LONG_BINPUT
-                k = 1 if op == 0x71 else 4
+            elif op == 0x71 or op == 0x72 or op == 0x68 or op == 0x6A:  # BINPUT, LONG_BINPUT, BINGET, LONG_BINGET
+                k = 1 if op == 0x71 or op == 0x68 else 4
                 if not _take(pos, k, n, &end):
                     return -1
-                x = b[pos] if k == 1 else <Py_ssize_t>(<uint32_t>b[pos] | (<uint32_t>b[pos+1] << 8) | (<uint32_t>b[pos+2] << 16) | (<uint32_t>b[pos+3] << 24))
+                x = <Py_ssize_t>_le(b + pos, k)
                 pos += k
-                if self.memo_put(x) < 0:
+                if op == 0x71 or op == 0x72:
+                    if self.memo_put(x) < 0:
+                        return -1
+                elif x >= self.cap_memo or self.memo[x].tag == T_MARK:
                     return -1
-            elif op == 0x68 or op == 0x6A:  # BINGET, LONG_BINGET
-                k = 1 if op == 0x68 else 4
-                if not _take(pos, k, n, &end):
-                    return -1
-                x = b[pos] if k == 1 else <Py_ssize_t>(<uint32_t>b[pos] | (<uint32_t>b[pos+1] << 8) | (<uint32_t>b[pos+2] << 16) | (<uint32_t>b[pos+3] << 24))
-                pos += k
-                if x >= self.cap_memo or self.memo[x].tag == T_MARK:
-                    return -1
-                self.push(self.memo[x])
+                else:
+                    self.push(self.memo[x])
             else:  # any other opcode (globals, bytes, protocol 0's text forms, POP ...): the reference's
                 return -1
         return -1  # no STOP: truncated
@@ -494,12 +494,8 @@ cdef class Graph:
         node = &self.nodes[v.a]
         if v.tag == T_LIST:
             out = []
-            self.built[v.a] = out
-            c = node.first
-            while c >= 0:
-                for k in range(self.chunks[c].start, self.chunks[c].start + self.chunks[c].count):
-                    out.append(self.py(self.arena[k], depth + 1))
-                c = self.chunks[c].next
+            self.built[v.a] = out  # before its items: a list may hold itself
+            self.extend(out, node, depth)
             return out
         if v.tag == T_DICT:
             out = {}
@@ -515,14 +511,19 @@ cdef class Graph:
                 c = self.chunks[c].next
             return out
         items = []
-        c = node.first
-        while c >= 0:
-            for k in range(self.chunks[c].start, self.chunks[c].start + self.chunks[c].count):
-                items.append(self.py(self.arena[k], depth + 1))
-            c = self.chunks[c].next
+        self.extend(items, node, depth)
         out = tuple(items)
         self.built[v.a] = out
         return out
+
+    cdef int extend(self, list out, Node *node, int depth) except -1:
+        """Append a list's or tuple's values, as Python objects, to ``out``."""
+        cdef int64_t c = node.first, k
+        while c >= 0:
+            for k in range(self.chunks[c].start, self.chunks[c].start + self.chunks[c].count):
+                out.append(self.py(self.arena[k], depth + 1))
+            c = self.chunks[c].next
+        return 0
 
     def node_object(self, int64_t node):
         """A container of the graph as Python objects (an entry's frames)."""
@@ -809,9 +810,9 @@ cdef class Graph:
         return valid, (None if valid == n else nulls), outer, second, third, items, inner
 
     cdef object frames(self, Val *col, Py_ssize_t n, Py_ssize_t max_frames):
-        """Stacks: (the number of frame lists, of frames, the nodes of the distinct lists, for each entry
-        the place of its list among them (int32), the number of entries with a list, and the validity of
-        the places). Lists are the same when they hold the same frame objects, in order (as the reference
+        """Stacks: (the number of frame lists (one per entry that has one), of frames, the nodes of the
+        distinct lists, for each entry the place of its list among them (int32), and the validity of the
+        places). Lists are the same when they hold the same frame objects, in order (as the reference
         keys them)."""
         cdef Py_ssize_t i, k, count, lists = 0, depth = 0, other, at, cap = 16, n_distinct = 0
         cdef uint64_t h
@@ -868,7 +869,7 @@ cdef class Graph:
                     return None
             place[i] = <int32_t>other
         distinct = [found[k] for k in range(n_distinct)]
-        return lists, depth, distinct, places, lists, validity
+        return lists, depth, distinct, places, validity
 
 
 class NativeEntries:
@@ -899,5 +900,4 @@ def read(bytes data):
     except (NotNative, UnicodeDecodeError, RecursionError):
         return None
     g.built = {}  # the frames are built again when asked, from a fresh memo of objects
-    g.n_stack = 0
     return top if type(top) is dict and type(top.get("entries")) is NativeEntries else None

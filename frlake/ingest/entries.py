@@ -205,7 +205,7 @@ def _native_columns(raw, budget: Budget, limits: Limits) -> tuple[dict[str, pa.A
     (pg_name, pg_desc) = cols["process_group"]
     if n and pg_name[0] == 0 and pg_desc[0] == 0:  # no (name, desc) pair: the reference names groups by their pg_id
         raise NotNative("no process_group pairs")
-    frame_lists, frames, distinct, places, placed, valid_places = cols["frames"]
+    frame_lists, frames, distinct, places, valid_places = cols["frames"]
     sizes = [cols["input_sizes"], cols["output_sizes"]]
     dtypes = [cols["input_dtypes"], cols["output_dtypes"]]
     # What the reference pays, in its order: the frames, each list's tensors and dims, each list's dtypes.
@@ -220,7 +220,8 @@ def _native_columns(raw, budget: Budget, limits: Limits) -> tuple[dict[str, pa.A
 
     stacks: dict[int, list[dict]] = {}
     ids = [_intern_stack(raw.graph.node_object(node), stacks, limits) for node in distinct]
-    at = pa.Array.from_buffers(pa.int32(), n, [_bits(valid_places, placed, n), pa.py_buffer(places)], null_count=n - placed)
+    at = pa.Array.from_buffers(pa.int32(), n, [_bits(valid_places, frame_lists, n), pa.py_buffer(places)],
+                               null_count=n - frame_lists)
     strings = {name: _native_array(pa.string(), n, cols[name])
                for name in ("profiling_name", "state", "thread_id", "thread_name")}
     backend, op, src, dst, derived_p2p = _names_of_array(strings["profiling_name"], limits)
@@ -298,8 +299,7 @@ def _native_dtypes(n: int, built: tuple) -> pa.Array:
 def _names_of_array(profiling_names: pa.Array, limits: Limits) -> tuple[pa.Array, ...]:
     """:func:`_names` of a column that is already Arrow: each distinct name split once."""
     encoded = pc.dictionary_encode(profiling_names)
-    parts = list(zip(*(_split_name(name, limits) for name in encoded.dictionary.to_pylist()))) or [()] * 5
-    return tuple(pa.array(values, typ).take(encoded.indices) for values, typ in zip(parts, _NAME_TYPES))
+    return _split_names(encoded.dictionary.to_pylist(), encoded.indices, limits)
 
 
 def _columns(raw: list, total: int) -> tuple[dict[str, list], dict[str, set[type]], bool]:
@@ -550,8 +550,13 @@ def _names(profiling_names: list, limits: Limits) -> tuple[pa.Array, ...]:
     distinct name (the names' types are checked): each column is the distinct
     names' parts taken by the index of each entry's name."""
     index = {name: i for i, name in enumerate(dict.fromkeys(profiling_names))}
-    at = pa.array(list(map(index.__getitem__, profiling_names)), pa.int32())
-    parts = list(zip(*(_split_name(name, limits) for name in index))) or [()] * 5
+    return _split_names(list(index), pa.array(list(map(index.__getitem__, profiling_names)), pa.int32()), limits)
+
+
+def _split_names(distinct: list, at: pa.Array, limits: Limits) -> tuple[pa.Array, ...]:
+    """The five columns of :func:`_names`: each distinct name split, taken by ``at``, each entry's name's
+    place among them."""
+    parts = list(zip(*(_split_name(name, limits) for name in distinct))) or [()] * 5
     return tuple(pa.array(values, typ).take(at) for values, typ in zip(parts, _NAME_TYPES))
 
 
