@@ -20,6 +20,11 @@ rounds' ratios: the machine's speed moves, and moves all of them alike):
               decode and parse beside the reference's safe unpickle and column
               parse, Arrow tables, raw copy, sha256, Parquet) on --breakdown-files
               of the dumps, beside plain pickle.load with and without the GC.
+For every ingest it also reads the machine's busy CPU seconds (/proc/stat:
+the workers' processes and threads included) and gives the cores each run
+kept busy. Two workers can be at most (cores of the machine) / (cores one
+worker keeps busy) times faster than one: that ceiling is printed beside
+the speed-up.
 Prints the ratios and writes bench/results/ingest.json.
 """
 
@@ -30,6 +35,7 @@ import errno
 import gc
 import hashlib
 import json
+import math
 import os
 import pickle
 import resource
@@ -74,13 +80,26 @@ def settled() -> None:
     gc.collect()
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has been busy since boot (/proc/stat: all but idle and iowait),
+    or NaN where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return math.nan
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_timed(fn):
-    """(wall s, CPU s of this process, result): the CPU seconds do not depend on what else the machine runs."""
+    """(wall s, CPU s of this process, busy CPU s of the whole machine, result): this process' CPU
+    seconds do not depend on what else the machine runs; the machine's count the worker processes too
+    (and whatever else runs: keep the machine otherwise idle)."""
     settled()
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, busy = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
     seconds, result = timed(fn)
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), result
+    after, busy = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s() - busy
+    return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), busy, result
 
 
 _PLAIN_SCRIPT = """
@@ -205,7 +224,7 @@ def main() -> None:
     # The baseline is a script that unpickles the files: a fresh process, whose garbage collector has only
     # its own few objects to walk. In this process (frlake, pyarrow and the generator loaded) the same loop
     # is 1.5-2x slower, which flattered the ratios of the runs before 2026-12-02's seventh.
-    t_plain_here, cpu_plain_here, _ = cpu_timed(plain)
+    t_plain_here, cpu_plain_here, _, _ = cpu_timed(plain)
     # Once per lake: creating its catalog (the migrations), timed apart. Each run below ingests into a new
     # lake whose catalog exists, as every ingest but a lake's first does (the runs before 2026-12-02's eighth
     # timed the creation inside each run).
@@ -229,15 +248,17 @@ def main() -> None:
             for workers in (1, 2):
                 key = f"ingest{'' if diagnose else '_only'}_w{workers}"
                 lake = new_lake(f"lake-{r}-w{workers}{'' if diagnose else '-only'}")
-                t, cpu, summary = cpu_timed(lambda: ingest([dumps], lake, IngestOptions(workers=workers, diagnose=diagnose)))
+                t, cpu, busy, summary = cpu_timed(
+                    lambda: ingest([dumps], lake, IngestOptions(workers=workers, diagnose=diagnose)))
                 assert summary.ingested == len(files) and summary.rejected == 0, summary
                 assert bool(summary.diagnosed) == diagnose, summary
                 row[f"{key}_s"] = t
+                row[f"{key}_cores"] = busy / t  # cores the run kept busy, on average
                 if workers == 1:  # in-process: every CPU second of the ingest is this process'
                     row[f"{key}_cpu_s"] = cpu
                 row[f"entries_w{workers}"] = summary.entries
         rounds.append(row)
-        print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k.endswith("_s")), flush=True)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k.endswith(("_s", "_cores"))), flush=True)
 
     def median(key: str) -> float:
         return round(statistics.median(row[key] for row in rounds), 3)
@@ -294,6 +315,13 @@ def main() -> None:
     results["ratio_ingest_only_w1_vs_plain"] = ratio("ingest_only_w1_s", "plain_unpickle_s")
     results["ratio_ingest_only_w1_vs_plain_cpu"] = ratio("ingest_only_w1_cpu_s", "plain_unpickle_cpu_s")
     results["speedup_only_w2_vs_w1"] = ratio("ingest_only_w1_s", "ingest_only_w2_s")
+    # Two workers do at least one worker's CPU work, on at most this machine's cores: at most
+    # cores / (cores one worker keeps busy) times faster, and never more than 2x.
+    cores = os.cpu_count() or 1
+    results["machine_cores"] = cores
+    for key in ("", "_only"):
+        results[f"ceiling{key}_w2_vs_w1"] = round(statistics.median(
+            min(2.0, cores / row[f"ingest{key}_w1_cores"]) for row in rounds), 2)
     if args.breakdown_files:
         results["per_file_cpu_ms"] = per_file_breakdown(files[: args.breakdown_files])
 
@@ -304,11 +332,14 @@ def main() -> None:
     print(f"  frlake ingest, 1 worker {results['ingest_w1_s']:7.2f} s  = {results['ratio_ingest_w1_vs_plain']}x plain "
           f"({results['ingest_w1_cpu_s']:.2f} CPU s = {results['ratio_ingest_w1_vs_plain_cpu']}x plain's CPU)")
     print(f"  frlake ingest, 2 workers{results['ingest_w2_s']:7.2f} s  = {results['ratio_ingest_w2_vs_plain']}x plain, "
-          f"{results['speedup_w2_vs_w1']}x faster than 1 worker")
+          f"{results['speedup_w2_vs_w1']}x faster than 1 worker (at most {results['ceiling_w2_vs_w1']}x here)")
     print(f"  ingest only (no diagnosis), 1 worker {results['ingest_only_w1_s']:.2f} s = "
           f"{results['ratio_ingest_only_w1_vs_plain']}x plain ({results['ingest_only_w1_cpu_s']:.2f} CPU s = "
           f"{results['ratio_ingest_only_w1_vs_plain_cpu']}x); 2 workers {results['ingest_only_w2_s']:.2f} s, "
           f"{results['speedup_only_w2_vs_w1']}x faster than 1 worker")
+    print(f"  cores kept busy (of {cores}): ingest only, 1 worker {results['ingest_only_w1_cores']:.2f}, "
+          f"2 workers {results['ingest_only_w2_cores']:.2f}; so 2 workers can be at most "
+          f"{results['ceiling_only_w2_vs_w1']}x faster than 1 on this machine")
     print(f"  no-op re-scan           {t_noop:7.2f} s; creating a lake's catalog (once per lake, before each run above) "
           f"{t_catalog:.2f} s")
     print(f"  Parquet {results['parquet_bytes'] / 1e6:.1f} MB = {results['parquet_over_pickle']} of the pickle bytes "
