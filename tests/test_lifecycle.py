@@ -357,3 +357,43 @@ def test_a_rewrite_holds_a_row_group_of_bounded_bytes(tmp_path):
     assert n == meta.num_rows == 64
     assert meta.num_row_groups >= 4  # 64 rows of 64 KB each, about 1 MB a row group
     assert pq.read_table(staged).column("ranks").to_pylist() == [world] * 64
+
+
+def test_read_ahead_gives_every_batch_in_order_holds_few_and_stops_with_its_caller():
+    """A rewrite decodes the next batches while it writes the ones before (frlake.lifecycle.rewrite.read_ahead):
+    every batch comes, in order; no more than its byte budget (and the batch being read) waits; the reader's
+    error reaches the caller; and a caller that stops stops the reader."""
+    import threading
+
+    import pyarrow as pa
+
+    from frlake.lifecycle.rewrite import read_ahead
+
+    batches = [pa.record_batch({"x": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(40)]
+    size = batches[0].nbytes
+    made = []
+
+    def source(fail_at=None):
+        for i, b in enumerate(batches):
+            if i == fail_at:
+                raise ValueError("a damaged file")
+            made.append(i)
+            yield b
+
+    got = []
+    for b in read_ahead(source(), max_bytes=3 * size):
+        assert len(made) - len(got) <= 3 + 2, "at most the budget waits, beside the one read and the one taken"
+        got.append(b)
+    assert [b.column(0).to_pylist() for b in got] == [b.column(0).to_pylist() for b in batches]
+
+    made.clear()
+    with pytest.raises(ValueError, match="a damaged file"):
+        list(read_ahead(source(fail_at=5), max_bytes=size))
+    assert made == [0, 1, 2, 3, 4]
+
+    made.clear()
+    early = read_ahead(source(), max_bytes=size)
+    assert [next(early).column(0)[0].as_py() for _ in range(2)] == [0, 1000]
+    early.close()
+    assert not [t for t in threading.enumerate() if t.name == "frlake-read-ahead"], "the reader has ended"
+    assert len(made) < len(batches), "and did not read on to the end"
