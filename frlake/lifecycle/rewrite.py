@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,7 +122,8 @@ def rewrite(lake: Lake, run_id: int, batch_no: int, table: str, files: Sequence[
     """Stage one file holding the (kept) rows of ``files``; None if no row is left."""
     target = schema.TABLES[table]
     first = files[0]
-    staged, rows, size = lake.stage_batches(target, read_ahead(batches(lake, files, target, keep)))
+    with closing(read_ahead(batches(lake, files, target, keep))) as ahead:  # a failed write stops the reader at once
+        staged, rows, size = lake.stage_batches(target, ahead)
     if rows == 0:
         staged.unlink(missing_ok=True)
         return None
