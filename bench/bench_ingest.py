@@ -96,10 +96,11 @@ def cpu_timed(fn):
     seconds do not depend on what else the machine runs; the machine's count the worker processes too
     (and whatever else runs: keep the machine otherwise idle)."""
     settled()
-    before, busy = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
+    before, busy_before = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
     seconds, result = timed(fn)
-    after, busy = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s() - busy
-    return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), busy, result
+    after, busy_after = resource.getrusage(resource.RUSAGE_SELF), machine_busy_s()
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return seconds, cpu, busy_after - busy_before, result
 
 
 _PLAIN_SCRIPT = """
