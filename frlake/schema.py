@@ -161,6 +161,7 @@ SNAPSHOTS = pa.schema(
         ("oldest_pending_ns", pa.int64()),  # time_created of the oldest of them
         ("timeout_ms", pa.int64()),  # the largest timeout of its entries
         ("overdue", pa.bool_()),  # a pending entry was older than its timeout when the dump was written
+        # (NULL: only within the resolution of the name's time, which cannot tell)
         ("last_completed", pa.list_(COMPLETED)),  # per group, the last completed collective sequence id
     ]
 )

@@ -89,6 +89,8 @@ def render_report(diag: Diagnosis) -> None:
     console.print(f"{len(diag.ranks_dumped)} of {diag.world_size} ranks dumped"
                   + (f"; no dump from rank(s) {', '.join(map(str, diag.ranks_missing_dump))}" if diag.ranks_missing_dump else ""),
                   highlight=False)
+    for line in diag.world_inferred:
+        print_detail(line, lead="world inferred: ", lead_style="yellow")
     if diag.waiting_for_dumps:
         console.print("Waiting for more dumps: ingest the other ranks' dumps, or run "
                       f"`frlake diagnose {diag.job} --attempt {diag.attempt} --complete` if no more will come.",
@@ -102,7 +104,8 @@ def render_report(diag: Diagnosis) -> None:
     console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/]{inferred} "
                   f"({root.reason})", highlight=False)
     if root.pg is not None:
-        print_detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}, {root.op}")
+        print_detail(f"where: process group {root.pg} ({root.pg_desc}), sequence id {root.seq}"
+                     + (f", {root.op}" if root.op else ""))
     if root.waited_by:
         print_detail(f"waiting for it: {waiting_text(root.to_dict())}")
     if root.expected is not None:

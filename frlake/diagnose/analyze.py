@@ -39,7 +39,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
-                     timing=ev.timing.to_dict(), progress=ev.progress, complete=complete, notes=_notes(ev))
+                     timing=ev.timing.to_dict(), progress=ev.progress, complete=complete, notes=_notes(ev),
+                     world_inferred=ev.world_inferred)
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
 
     mismatches = mismatch.find(con, ev)
@@ -144,6 +145,11 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
         where = ("on other hosts" if all(r in hosts for r in tied) else "on hosts the dumps do not all name")
         detail = (f"a suspect, not a proven cause: the same {s.waiters} rank(s) wait for it and for rank(s) "
                   f"{ranks_text(others)}, which left no dump either, {where}; no entry tells which stopped first")
+    elif s.evidence == "pg_status" and role is None:
+        detail = (f"weaker evidence (pg_status only): the dumps hold no entries (includeCollectives=False), only "
+                  f"each rank's count of the collectives it enqueued per group; this rank's is behind its peers' "
+                  f"in a group they share, and {s.waiters} rank(s) are ahead of it there; groups are matched "
+                  f"across ranks by their rank-local ids, not by name")
     elif s.evidence == "no_dump" and role is None:
         detail = (f"weaker evidence (no dump): {s.waiters} rank(s) wait for it, and it left no dump: it crashed, "
                   f"hung before it could write one, or its file was lost; only its absence speaks")
@@ -272,7 +278,8 @@ def summarize(d: Diagnosis) -> str:
                 "complete.")
     if root is None:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
-    where = f" in {root.pg_desc or 'pg'} {root.pg} at seq {root.seq} ({root.op})" if root.pg is not None else ""
+    op = f" ({root.op})" if root.op else ""
+    where = f" in {root.pg_desc or 'pg'} {root.pg} at seq {root.seq}{op}" if root.pg is not None else ""
     host = host_words(root)
     if d.verdict is Verdict.MISMATCH and root.role == "suspect":
         suspects = [c for c in d.culprits if c.role == "suspect" and (c.pg, c.seq) == (root.pg, root.seq)]
@@ -291,6 +298,10 @@ def summarize(d: Diagnosis) -> str:
                    f"suspects, not proven causes: the members that wait in nothing, rank {root.rank} on {host} first")
             return (f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait in sends or recvs whose "
                     f"peer the dumps do not name; {who} (weaker evidence).")
+        if root.evidence == "pg_status":
+            return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} is behind; "
+                    f"{root.waiters} rank(s) enqueued collectives it never did (weaker evidence: pg_status only, "
+                    f"the dumps hold no entries).")
         if root.evidence == "pending_tail" and root.role == "suspect":
             return (f"{d.job} attempt {d.attempt}: perhaps a hang{where}: rank {root.rank} on {host} never enqueued "
                     f"it while {root.waiters} member(s) hold it pending; a suspect, not a proven cause: only the "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from frlake.diagnose.world import infer as infer_world
 from frlake.schema import schema_variable
 from frlake.signatures import EMPTY_LIST, NO_LIST
 
@@ -84,6 +85,7 @@ class LastEntry:
     state: str | None
     t: int | None
     stack_id: int | None
+    counters: bool = False  # known from pg_status alone (a dump without entries): weaker evidence
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ class Evidence:
     names: dict[str, str] = field(default_factory=dict)  # group -> its name, for groups that share a name
     renumbered: list[int] = field(default_factory=list)  # ranks whose seq ids were numbered per group (torchcomms)
     p2p_entries: int | None = None  # sends and recvs that name their peers (None: not counted)
+    world_inferred: list[str] = field(default_factory=list)  # how ranks no dump holds were found (world.py)
 
     def name(self, pg: str | None) -> str | None:
         """The name a group was given (what the user sees in the dumps)."""
@@ -318,6 +321,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     group = "coalesce(k.pg, c.pg_name)" if split else "c.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = c.rank AND k.pg_name = c.pg_name" if split else ""
     members = listed_members(con, params, rel, lists, group, keys)
+    listed = {pg for pg, ranks in members.items() if ranks}
     # the least of the lists' descriptions, whatever order the rows come in
     desc: dict[str, str | None] = dict(con.execute(
         f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {_listed(rel)} GROUP BY ALL", params).fetchall())
@@ -349,16 +353,15 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
             peer = min(members[pg] - {rank})  # no peer in the name (torchcomms): a pair's other member
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
     p2p_entries = con.execute(f"SELECT coalesce(sum(n_p2p), 0) FROM {rel.rank_groups}").fetchone()[0]
-    _from_pg_status(con, params, rel, members, last_seq)
+    _from_pg_status(con, params, rel, members, desc, last_seq, last)
     live_hosts = _live_hosts(con, params)
-    world = set(hosts) | set(live_hosts)
-    for ranks in members.values():
-        world.update(ranks)
-    for pg, pg_desc in desc.items():  # the default group spans the world, whoever recorded in it
-        if pg_desc == "default_pg":
-            members[pg] = set(members.get(pg, ())) | world
-    return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in members.items()}, desc,
-                    last_seq, first_seq, last, sorted(world), rel, several, names=split, renumbered=renumbered,
+    # the world and the members no dump lists (gloo lists none): from the ranks, groups and hosts there are;
+    # the default group spans the world, whoever recorded in it
+    gathered = _gathered(con, params, rel, bool(split), members, desc)
+    world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
+    return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
+                    last_seq, first_seq, last, sorted(world.ranks), rel, several, names=split, renumbered=renumbered,
+                    world_inferred=world.how,
                     timing=_timing(con, rel), pending_tail=_pending_tail(con, params, rel),
                     p2p_entries=p2p_entries,
                     progress=_progress(con, params), live_hosts=live_hosts)
@@ -379,28 +382,100 @@ def _attach_work(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {WORK_DB}")
 
 
-def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]],
-                    last_seq: dict[tuple[int, str], int]) -> None:
-    """A dump without entries (onlyActive with nothing active, includeCollectives=False) still says, in its
-    pg_status, the last collective it enqueued in each group (keyed by the rank-local pg id, which the
-    other ranks' entries map to the group's name): it is a member that reached that sequence id."""
+# The group a dump without entries counts in by its rank-local process group id (pg_status' keys): id 0 is
+# the default group on every rank; another id is the n-th group the rank joined, which ranks that made their
+# groups in one order (a DeviceMesh, a loop of new_group) share with their peers of that kind, not its name.
+LOCAL_GROUP = "#{}"  # its name; its description is LOCAL_DESC
+LOCAL_DESC = "rank-local pg id"
+
+
+def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]], desc: dict[str, str | None],
+                    last_seq: dict[tuple[int, str], int], last: dict[int, LastEntry]) -> None:
+    """A dump without entries (includeCollectives=False, onlyActive with nothing active) still says, in its
+    pg_status, the last collective it enqueued and completed in each of its groups, keyed by the rank-local
+    pg id. No dump of such a rank names its groups, so they are matched across ranks by that id (id 0 is the
+    default group): each such rank is placed in the group of an id where it is furthest ahead of a peer
+    that is behind (it waits there for them), else at its default group's count. Weaker evidence, and said
+    so (``LastEntry.counters``); gloo counts a timed-out op as completed, so ranks are compared by what they
+    enqueued."""
     if not con.execute(f"SELECT count(*) FROM {rel.dumps} WHERE coalesce(n_entries, 0) = 0").fetchone()[0]:
-        return  # every dump read has entries (the name map reads every entry's group)
+        return  # every dump read has entries
+    default = next((pg for pg, d in sorted(desc.items()) if d == "default_pg"), None)
     rows = con.execute(
         f"""
-        WITH names AS (SELECT DISTINCT pg_id, pg_name FROM entries
-                       WHERE job = $job AND attempt = $attempt AND {rel.newest()})
-        SELECT p.rank, n.pg_name, p.last_enqueued_collective
-        FROM pg_status p JOIN names n ON p.pg_id = CAST(n.pg_id AS VARCHAR)
+        SELECT p.rank, p.pg_id, p.last_enqueued_collective, p.last_completed_collective
+        FROM pg_status p
         WHERE p.job = $job AND p.attempt = $attempt
           AND p.dump_id IN (SELECT dump_id FROM {rel.dumps} WHERE coalesce(n_entries, 0) = 0)
+          AND p.last_enqueued_collective IS NOT NULL AND p.last_enqueued_collective >= 0
+        ORDER BY p.rank, p.pg_id
         """,
         params,
     ).fetchall()
-    for rank, pg, enqueued in rows:
+    counts: dict[str, dict[int, int]] = {}  # group -> rank -> last enqueued
+    for rank, pg_id, enqueued, _ in rows:
+        if rank in last:
+            continue  # a rank with entries of its own (another dump) says more
+        pg = (default or "0") if pg_id == "0" else LOCAL_GROUP.format(pg_id)
+        if pg_id == "0" and default is None:
+            desc.setdefault(pg, "default_pg")
+        elif pg_id != "0":
+            desc.setdefault(pg, LOCAL_DESC)
         members.setdefault(pg, set()).add(rank)
-        if enqueued is not None and enqueued >= 0:
-            last_seq[(rank, pg)] = max(enqueued, last_seq.get((rank, pg), enqueued))
+        counts.setdefault(pg, {})[rank] = enqueued
+        last_seq[(rank, pg)] = max(enqueued, last_seq.get((rank, pg), enqueued))
+    for rank in sorted({r for ranks in counts.values() for r in ranks}):
+        ahead = []  # (peers behind it, group, its count) where it is at the front and some peer behind
+        for pg, by_rank in counts.items():
+            if rank in by_rank:
+                behind = sum(1 for n in by_rank.values() if n < by_rank[rank])
+                if behind and by_rank[rank] == max(by_rank.values()):
+                    ahead.append((behind, pg, by_rank[rank]))
+        if ahead:
+            _, pg, seq = max(ahead, key=lambda a: (a[0], -_local_id(a[1])))
+            last[rank] = LastEntry(pg, desc.get(pg), seq, None, False, None, "scheduled", None, None, counters=True)
+        else:
+            pg = default or "0"
+            seq = counts.get(pg, {}).get(rank)
+            last[rank] = LastEntry(pg, desc.get(pg), seq, None, False, None, "completed", None, None, counters=True)
+
+
+def _local_id(pg: str) -> int:
+    prefix = LOCAL_GROUP.format("")
+    return int(pg[len(prefix):]) if pg.startswith(prefix) and pg[len(prefix):].isdigit() else 0
+
+
+_GATHERED = """CASE WHEN len(en.output_sizes) > 1 THEN len(en.output_sizes)
+                    ELSE list_product(en.output_sizes[1]) / nullif(list_product(en.input_sizes[1]), 0) END"""
+
+
+def _gathered(con, params, rel: Relations, split: bool, members: dict[str, set[int]],
+              desc: dict[str, str | None]) -> dict[str, int]:
+    """How many ranks each group's all_gathers gather (its output is that many of its input: a list of
+    tensors, or one tensor stacked), read from the lowest member of each description (groups of one
+    description are one size): a few ranks' entries, whatever the size of the job."""
+    lowest: dict[str, int] = {}
+    for pg, ranks in members.items():
+        if ranks:
+            d = desc.get(pg) or pg
+            lowest[d] = min(lowest.get(d, min(ranks)), min(ranks))
+    readers = sorted(set(lowest.values()))
+    if not readers:
+        return {}
+    group = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
+    keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
+    rows = con.execute(
+        f"""
+        SELECT {group}, max({_GATHERED})
+        FROM entries en {keys}
+        WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')} AND en.rank IN (SELECT unnest($ranks))
+          AND en.op IN ('all_gather', 'allgather', '_allgather_base', 'all_gather_into_tensor')
+          AND len(en.input_sizes) = 1 AND len(en.output_sizes) >= 1
+        GROUP BY ALL
+        """,
+        {**params, "ranks": readers},
+    ).fetchall()
+    return {pg: int(n) for pg, n in rows if n is not None and n == int(n) and n > 1}
 
 
 def _timing(con, rel: Relations) -> Timing:
@@ -419,12 +494,33 @@ def _timing(con, rel: Relations) -> Timing:
     pending = [r for r in rows if r[1]]
     overdue = [r for r in rows if r[5]]
     # a snapshot at work: something is pending, and each rank's pending collectives are known to be younger
-    # than their timeout at its dump's time (a dump time before its own entries is no evidence)
+    # than their timeout at its dump's time (a dump time before its own entries is no evidence, and so is one
+    # too coarse to tell: a name's whole second, overdue NULL)
     in_flight = bool(pending) and not overdue and all(
-        t is not None and w is not None and o is not None and w >= o for _, _, o, t, w, *_ in pending)
+        t is not None and w is not None and o is not None and w >= o and late is False
+        for _, _, o, t, w, late, *_ in pending)
+    if in_flight:
+        # and young against the job's own pace: a collective pending for many steps is a stall, whatever its
+        # timeout (a DeviceMesh's subgroups keep the 30-minute default while the job's steps take milliseconds)
+        pace = _pace_ns(con, rel)
+        in_flight = pace is not None and all(w - o <= max(STALL_STEPS * pace, MIN_STALL_NS)
+                                             for _, _, o, _, w, *_ in pending)
     sources = [r[7] for r in overdue]
     return Timing([r[0] for r in overdue], in_flight, len(pending), sorted({r[6] for r in rows if r[6]}),
                   min(sources, key=OVERDUE_FROM.index) if sources else None)
+
+
+STALL_STEPS = 50  # a collective pending longer than this many of the job's steps is no longer "at work"
+MIN_STALL_NS = 2_000_000_000  # nor ever before 2 s: a step of a healthy job can wait that long on a slow peer
+
+
+def _pace_ns(con, rel: Relations) -> float | None:
+    """The job's pace: the median, over ranks, of the mean time between a rank's consecutive entries."""
+    pace = con.execute(
+        f"""SELECT median(span / (n - 1)) FROM (
+              SELECT max(t) - min(t) AS span, count(t) AS n FROM {rel.entries} GROUP BY rank HAVING count(t) > 1)"""
+    ).fetchone()[0]
+    return None if pace is None else float(pace)
 
 
 # The sends and recvs whose names carry their peers (the only ones a send can be paired with its recv by).

@@ -30,7 +30,8 @@ class Stall:
     waiting_for: tuple[int, ...] = ()  # the ranks it waits for (none: a root cause)
     waited_by: tuple[int, ...] = ()  # the ranks that wait for it directly
     # weaker evidence: "pending_tail" (pending_tail()), "unnamed_peer" (waited for only by sends and recvs
-    # whose peer the dump does not name), "no_dump" (a root that left no dump: only its absence speaks)
+    # whose peer the dump does not name), "no_dump" (a root that left no dump: only its absence speaks),
+    # "pg_status" (dumps without entries: only the counters of what each rank enqueued)
     evidence: str | None = None
     explained_by: int | None = None  # a root made a suspect: every rank that waits for it waits for this one too
 
@@ -120,7 +121,9 @@ def stalls(ev: Evidence) -> list[Stall]:
         guessed = all(w in unnamed for w in waited_by[rank])
         role = "suspect" if guessed and any(len(graph[w]) > 1 for w in waited_by[rank]) else "root"
         # weaker evidence: a rank without a dump may have crashed, hung before it could write one, or lost its file
-        evidence = "unnamed_peer" if guessed else "no_dump" if reason == "no_dump" else None
+        # or only from the recorders' counters (dumps without entries: pg_status alone)
+        evidence = ("unnamed_peer" if guessed else "no_dump" if reason == "no_dump" else
+                    "pg_status" if at.counters else None)
         out.append(Stall(rank, role, reason, at.pg, at.pg_desc, at.seq, at.op, transitive_waiters(rank), stopped,
                          (), tuple(sorted(waited_by[rank])), evidence=evidence))
     # at as many waiters, a dump that shows the rank never joined before a rank only known by its absence;

@@ -93,7 +93,7 @@ class Culprit:
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
     detail: str | None = None
-    # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump" (see docs/diagnose.md)
+    # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump", "pg_status" (docs/diagnose.md)
     evidence: str | None = None
     host_inferred: bool | None = None  # True: no file of this rank names its host, its neighbours' placement does
     hosts_claimed: list[str] | None = None  # its dump's bytes are in these hosts' folders: host is None
@@ -131,6 +131,8 @@ class Diagnosis:
     waiting_for_dumps: bool = False
     complete: bool = False  # a user said no more dumps will come: diagnose with what there is
     notes: list[str] = field(default_factory=list)  # how the dumps were read where their shape asked for it
+    # how ranks that left no dump and that no dump lists were found (gloo lists no groups): one line per rule
+    world_inferred: list[str] = field(default_factory=list)
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

@@ -296,23 +296,36 @@ def _rank_from_name(path: str, template: str) -> dict[str, str]:
 
 def name_time_ns(name: str) -> int | None:
     """The time a file's name carries (nanoseconds since the epoch), or None:
-    epoch seconds/ms/us/ns between 2000 and 2100, or ``YYYYMMDD_HHMMSS`` (UTC).
-    The last such time in the name wins (a rank or step number is never one:
-    it has fewer than 10 digits)."""
+    the start of :func:`name_time_interval`."""
+    found = name_time_interval(name)
+    return found[0] if found is not None else None
+
+
+def name_time_interval(name: str) -> tuple[int, int] | None:
+    """The time a file's name carries, as the interval it stands for: its start
+    (nanoseconds since the epoch) and its width, the name's resolution. Epoch
+    seconds/ms/us/ns between 2000 and 2100 (``rank_3.1730000000`` stands for
+    [1730000000 s, 1730000001 s)), or ``YYYYMMDD_HHMMSS`` (UTC, one second
+    wide). The last such time in the name wins (a rank or step number is never
+    one: it has fewer than 10 digits)."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1][:_MAX_COMPONENT]
-    found: list[tuple[int, int]] = []
+    found: list[tuple[int, int, int]] = []  # (position, start, width)
     for m in _DATE_IN_NAME.finditer(base):
         try:
             dt = datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
         except ValueError:
             continue
-        found.append((m.start(), int(dt.timestamp()) * 1_000_000_000))
+        found.append((m.start(), int(dt.timestamp()) * 1_000_000_000, 1_000_000_000))
     for m in _EPOCH_IN_NAME.finditer(base):
         digits = m.group(1)
         seconds = int(digits[:10])
         if _EPOCH_RANGE_S[0] <= seconds < _EPOCH_RANGE_S[1]:
-            found.append((m.start(), int(digits) * 10 ** (19 - len(digits))))
-    return max(found)[1] if found else None
+            width = 10 ** (19 - len(digits))
+            found.append((m.start(), int(digits) * width, width))
+    if not found:
+        return None
+    _, start, width = max(found)
+    return start, width
 
 
 def _as_int(value: object, what: str) -> int | None:

@@ -26,7 +26,7 @@ from frlake import schema
 from frlake.catalog.store import CLAIMED_TWICE, Catalog, DumpRecord, FileRecord
 from frlake.errors import DumpRejected, safe_text
 from frlake.ingest import livestacks
-from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_ns
+from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_interval, name_time_ns
 from frlake.ingest.parse import Limits, ParsedDump, parse_bytes
 from frlake.ingest.sources import Source, read_regular_file
 from frlake.lake import Lake, compress_raw, new_part_name
@@ -520,8 +520,10 @@ def snapshot_row(parsed: ParsedDump, src: Source) -> dict:
     the mtime), and its pending collectives against their timeouts then."""
     import pyarrow.compute as pc
 
-    named = name_time_ns(src.key)
     mtime = src.mtime_ns if src.mtime_is_written and src.mtime_ns and src.mtime_ns > 0 else None
+    named, width = name_time_interval(src.key) or (None, 0)
+    if named is not None and mtime is not None and named <= mtime < named + width:
+        named, width = mtime, 0  # the mtime lies in the interval the name stands for: the exact time
     written, written_from = (named, "file_name") if named is not None else (mtime, "mtime" if mtime else None)
     cols = parsed.entries
     newest = None
@@ -569,8 +571,13 @@ def snapshot_row(parsed: ParsedDump, src: Source) -> dict:
                 n_pending += 1
                 if c is not None:
                     oldest = c if oldest is None else min(oldest, c)
-                    if t_ms is not None and written is not None and written - c > t_ms * 1_000_000:
-                        overdue = True
+                    if t_ms is not None and written is not None and overdue is not True:
+                        # the name's time is the start of its interval: overdue at its start is overdue; overdue
+                        # only within its width is not known either way (None), and never in flight
+                        if written - c > t_ms * 1_000_000:
+                            overdue = True
+                        elif written + width - c > t_ms * 1_000_000:
+                            overdue = None
     return {
         "written_ns": written, "written_from": written_from, "snapshot_ns": snapshot, "snapshot_from": snapshot_from,
         "has_entries": parsed.has_entries, "n_pending": n_pending, "oldest_pending_ns": oldest,
