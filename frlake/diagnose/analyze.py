@@ -50,6 +50,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     if not mismatches and not any(s.role == "root" for s in stalls):
         stalls = hang.pending_tail(ev) or stalls
     stalls = _undecided_crashes(stalls, hosts)
+    if _records_no_p2p(con, ev, stalls):
+        stalls = hang.tied(stalls)
     stalled = any(s.role in ("root", "suspect") for s in stalls)
     if not mismatches and not stalled:
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
@@ -91,7 +93,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
                                  effect_size=slow.effect_size, step_ms=slow.step_ms, stack_id=slow.stack_id,
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
                                         f"unexplained late arrivals (p = {slow.p_value:.2g} that jitter alone does "
-                                        f"this; {slow.effect_size:g} robust sd above the other ranks)")]
+                                        f"this; {slow.effect_size:g} robust sd above the other ranks); its "
+                                        f"lateness adds up to {slow.share:.0%} of the time the collectives span")]
     for c in diag.culprits:
         if c.rank in inferred:
             c.host_inferred = True
@@ -108,6 +111,17 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag.summary = summarize(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
+
+
+def _records_no_p2p(con: duckdb.DuckDBPyConnection, ev: Evidence, stalls: list[hang.Stall]) -> bool:
+    """Whether the roots' dumps come from a recorder that keeps no sends or recvs (gloo's)."""
+    roots = [s.rank for s in stalls if s.role == "root" and s.reason == "missing"]
+    if len(roots) < 2:
+        return False
+    return bool(con.execute(
+        f"""SELECT count(*) > 0 AND bool_and(backend = 'gloo') FROM entries
+            WHERE job = $job AND attempt = $attempt AND {ev.rel.newest()} AND rank IN (SELECT unnest($ranks))""",
+        {"job": ev.job, "attempt": ev.attempt, "ranks": roots}).fetchone()[0])
 
 
 def _undecided_crashes(stalls: list[hang.Stall], hosts: dict[int, str]) -> list[hang.Stall]:
@@ -145,6 +159,15 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
         where = ("on other hosts" if all(r in hosts for r in tied) else "on hosts the dumps do not all name")
         detail = (f"a suspect, not a proven cause: the same {s.waiters} rank(s) wait for it and for rank(s) "
                   f"{ranks_text(others)}, which left no dump either, {where}; no entry tells which stopped first")
+    elif s.stopped_after is not None and role is None:
+        detail = (f"a suspect, not a proven cause: it never joined seq {s.seq} either and the same rank(s) wait "
+                  f"for it, but rank {s.stopped_after} stopped first; gloo records no sends or recvs, so whether it "
+                  f"waits for rank {s.stopped_after} in one (a pipeline's send or recv) the dumps cannot show")
+    elif s.tied and role is None and s.role == "suspect":
+        detail = (f"a suspect, not a proven cause: it and rank(s) {ranks_text(s.tied)} never joined seq {s.seq}, the "
+                  f"same rank(s) wait for them, and they stopped within 10 ms of each other; gloo records no sends "
+                  f"or recvs, "
+                  f"so which of them holds up the others the dumps cannot show")
     elif s.evidence == "pg_status" and role is None:
         detail = (f"weaker evidence (pg_status only): the dumps hold no entries (includeCollectives=False), only "
                   f"each rank's count of the collectives it enqueued per group; this rank's is behind its peers' "
@@ -153,6 +176,11 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
     elif s.evidence == "no_dump" and role is None:
         detail = (f"weaker evidence (no dump): {s.waiters} rank(s) wait for it, and it left no dump: it crashed, "
                   f"hung before it could write one, or its file was lost; only its absence speaks")
+    elif s.role == "root" and s.tied:
+        detail = (f"{s.waiters} rank(s) wait for it; rank(s) {ranks_text(s.tied)} never joined seq {s.seq} either "
+                  f"and the same rank(s) wait for them, but this rank stopped first (its last entry is the oldest); "
+                  f"gloo records no sends or recvs, so the dumps cannot show whether they wait for it in one "
+                  f"(suspects, not proven causes)")
     elif s.role == "root":
         detail = f"{s.waiters} rank(s) wait for it"
     else:
@@ -298,6 +326,12 @@ def summarize(d: Diagnosis) -> str:
                    f"suspects, not proven causes: the members that wait in nothing, rank {root.rank} on {host} first")
             return (f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait in sends or recvs whose "
                     f"peer the dumps do not name; {who} (weaker evidence).")
+        if root.role == "suspect" and root.reason == "missing" and any(c.role == "suspect" for c in d.culprits[1:]):
+            suspects = [c for c in d.culprits if c.role == "suspect" and (c.pg, c.seq) == (root.pg, root.seq)]
+            who = "; ".join(f"rank {c.rank} on {host_words(c)}" for c in suspects)
+            return (f"{d.job} attempt {d.attempt}: hang{where}: {root.waiters} rank(s) wait for ranks that never "
+                    f"joined, and nothing tells which of them holds up the others (gloo records no sends or "
+                    f"recvs); suspects, not proven causes: {who}.")
         if root.evidence == "pg_status":
             return (f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} is behind; "
                     f"{root.waiters} rank(s) enqueued collectives it never did (weaker evidence: pg_status only, "

@@ -34,6 +34,8 @@ class Stall:
     # "pg_status" (dumps without entries: only the counters of what each rank enqueued)
     evidence: str | None = None
     explained_by: int | None = None  # a root made a suspect: every rank that waits for it waits for this one too
+    stopped_after: int | None = None  # a root made a suspect: tied with this one, which stopped first (tied())
+    tied: tuple[int, ...] = ()  # the root that stopped first: the ranks tied with it, made suspects
 
 
 def waits_for(ev: Evidence) -> tuple[dict[int, set[int]], set[int]]:
@@ -189,3 +191,27 @@ def pending_tail(ev: Evidence) -> list[Stall]:
                 found[m] = Stall(m, role, "missing", pg, tail.pg_desc, tail.seq, tail.op, len(tail.waiting),
                                  ev.last[m].t if m in ev.last else None, evidence="pending_tail")
     return sorted(found.values(), key=lambda s: (-s.waiters, s.rank))
+
+
+TIE_NS = 10_000_000  # 10 ms: last entries closer than this tell nothing of who stopped first
+
+
+def tied(stalls: list[Stall]) -> list[Stall]:
+    """Roots that the same ranks wait for at the same collective, in dumps that record no sends or recvs
+    (gloo): in a pipeline whose stage 2 never posts its recv, stage 1 blocks in its send to 2 and stage 3
+    in its recv from 2, and all three look alike, ranks that never joined the next collective. The one that
+    stopped first (its last entry the oldest) is the root cause; the others are suspects. When they stopped
+    within ``TIE_NS`` of each other (the arrivals at one collective spread that much on a healthy job)
+    nothing points to one: all are suspects."""
+    roots = [s for s in stalls if s.role == "root" and s.reason == "missing"]
+    if len(roots) < 2:
+        return stalls
+    first = roots[0]
+    ties = [s for s in roots[1:] if s.waited_by == first.waited_by and (s.pg, s.seq) == (first.pg, first.seq)]
+    if not ties:
+        return stalls
+    undecided = first.stopped_at is None or any(s.stopped_at is None or s.stopped_at - first.stopped_at < TIE_NS
+                                                for s in ties)
+    names = tuple(s.rank for s in ties)
+    return [replace(s, role="suspect", stopped_after=None if undecided else first.rank) if s in ties else
+            replace(s, role="suspect" if undecided else s.role, tied=names) if s is first else s for s in stalls]

@@ -19,7 +19,10 @@ late arrivals. Two tests, both reported:
 * ``effect_size``: its typical unexplained lateness, in robust standard
   deviations above the other ranks' unexplained late arrivals (how late a
   rank gets by chance on this machine; their lateness overall when they have
-  too few), must be at least ``MIN_EFFECT``.
+  too few), must be at least ``MIN_EFFECT``;
+* ``share``: its unexplained lateness, added up, must be at least
+  ``MIN_SHARE`` of the time the attempt's collectives span: jitter that
+  happens to fall on one rank a few times costs a job little.
 
 ``step_ms`` (the median gap between consecutive calls of one collective from
 one site) puts the lateness against the attempt's step.
@@ -41,6 +44,10 @@ NOISE_FACTOR = 3  # and 3x the typical lateness of the attempt
 MAX_P_VALUE = 0.05  # the chance that jitter alone gives some rank this many unexplained late arrivals
 MIN_EFFECT = 3.0  # its lateness in robust standard deviations of the other ranks' lateness
 MIN_JITTER_NS = 100_000  # 0.1 ms: timestamps are not finer than that in practice
+# and it must matter: its unexplained lateness, added up, is at least this share of the time its collectives
+# span (a busy machine makes some rank 12 ms late on a 32 ms step three times in twenty steps; a rank that
+# sleeps before each collective costs the job most of its time)
+MIN_SHARE = 0.10
 
 
 @dataclass
@@ -69,6 +76,7 @@ class Straggler:
     p_value: float = 1.0
     effect_size: float = 0.0
     step_ms: float | None = None
+    share: float = 0.0  # its unexplained lateness, added up, over the time the attempt's collectives span
 
 
 TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
@@ -134,12 +142,14 @@ def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
     others = [r[1] for other, late in roots.items() if other != rank for r in late]
     center, spread = _robust(others) if len(others) >= min_events else _others_lateness(con, rank)
     effect = (statistics.median(r[1] for r in rows) - center) / max(spread, MIN_JITTER_NS)
-    if p_value > MAX_P_VALUE or effect < MIN_EFFECT:
+    span = con.execute("SELECT max(t) - min(t) FROM _late").fetchone()[0] or 0
+    share = sum(r[1] for r in rows) / span if span > 0 else 0.0
+    if p_value > MAX_P_VALUE or effect < MIN_EFFECT or share < MIN_SHARE:
         return None, notable  # one rank holds the most late arrivals, but jitter explains them as well
     first = rows[0]
     straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6],
                           first[7], p_value=float(f"{p_value:.3g}"), effect_size=round(effect, 1),
-                          step_ms=_step_ms(con, first[3]))
+                          step_ms=_step_ms(con, first[3]), share=round(share, 3))
     return straggler, notable
 
 

@@ -1,0 +1,122 @@
+"""False stragglers: real healthy torch jobs must never name a host.
+
+    python bench/bench_false_positives.py [--healthy 100] [--stragglers 5] [--workdir DIR]
+
+Runs real 8-rank gloo jobs with torch (tests/fixtures/genuine/make_genuine.py: a 2-D mesh, TP all_gather,
+DP all_reduce and world all_reduce, 20 steps), each writing its dumps as torch returns them: ``--healthy``
+healthy jobs (the machine's own jitter: 8 processes on this machine's cores) and ``--stragglers`` jobs where
+one rank (a different one each time) sleeps 0.3 s before each of its collectives. Every job is ingested
+into one lake and diagnosed, and each attempt is diagnosed twice in one run: by the rule of today, and by
+the rule before the share of the job's time was required (``MIN_SHARE = 0``), side by side.
+
+Prints the counts and writes bench/results/false_positives.json. Floors: 0 stragglers among the healthy
+jobs, every injected straggler found (its rank and host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from frlake.config import Settings  # noqa: E402
+from frlake.diagnose import straggler  # noqa: E402
+from frlake.ingest import IngestOptions  # noqa: E402
+from frlake.session import Frlake  # noqa: E402
+
+GENERATOR = ROOT / "tests" / "fixtures" / "genuine" / "make_genuine.py"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_genuine", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_genuine"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_jobs(work: Path, healthy: int, stragglers: int) -> list[dict]:
+    """Run the jobs, one at a time; returns what each is (job, the injected straggler or None)."""
+    gen = _generator()
+    jobs = []
+    for i in range(healthy + stragglers):
+        sick = i >= healthy
+        culprit = (i - healthy) % 8 if sick else None
+        job = f"{'straggler' if sick else 'healthy'}-{i:03d}"
+        started = time.perf_counter()
+        res = gen.run_job(str(work), "straggler" if sick else "mesh_healthy_jitter", job=job, fault=sick, seed=i,
+                          culprit=culprit if sick else None)
+        jobs.append({"job": job, "culprit": culprit, "exitcodes": res["exitcodes"],
+                     "seconds": round(time.perf_counter() - started, 1)})
+        print(f"  {job}: ran in {jobs[-1]['seconds']} s", flush=True)
+    return jobs
+
+
+def judge(settings: Settings, jobs: list[dict], min_share: float) -> dict:
+    """Every job's verdict by the straggler rule with ``min_share``."""
+    saved = straggler.MIN_SHARE
+    straggler.MIN_SHARE = min_share
+    try:
+        out = {}
+        with Frlake(settings) as session:
+            for j in jobs:
+                d = session.diagnose(j["job"], 0, store=False)
+                root = d.root
+                out[j["job"]] = {"verdict": d.verdict.value, "rank": root.rank if root else None,
+                                 "host": root.host if root else None, "p_value": root.p_value if root else None,
+                                 "lateness_ms": root.lateness_ms if root else None, "summary": d.summary}
+        return out
+    finally:
+        straggler.MIN_SHARE = saved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--healthy", type=int, default=100)
+    ap.add_argument("--stragglers", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--results", type=Path, default=HERE / "results" / "false_positives.json")
+    a = ap.parse_args()
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="frlake-fp-"))
+    dumps, lake = work / "dumps", work / "lake"
+    dumps.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    jobs = run_jobs(dumps, a.healthy, a.stragglers)
+    settings = Settings.resolve(lake)
+    with Frlake(settings) as session:
+        summary = session.ingest([dumps], IngestOptions(workers=1))
+    assert summary.rejected == 0, summary.rejected_files
+    rules = {"today": judge(settings, jobs, straggler.MIN_SHARE), "before (no share)": judge(settings, jobs, 0.0)}
+    hosts = {j["job"]: f"host-{'abcd'[j['culprit'] // 2]}" for j in jobs if j["culprit"] is not None}
+    report = {"healthy_jobs": a.healthy, "straggler_jobs": a.stragglers, "seconds": round(time.perf_counter() - started),
+              "jobs": jobs, "rules": {}}
+    print(f"\n{a.healthy} healthy and {a.stragglers} straggler jobs (8 ranks, 20 steps, real torch gloo)")
+    for name, verdicts in rules.items():
+        healthy = [j for j in jobs if j["culprit"] is None]
+        sick = [j for j in jobs if j["culprit"] is not None]
+        false = [j["job"] for j in healthy if verdicts[j["job"]]["verdict"] != "healthy"]
+        found = [j["job"] for j in sick if verdicts[j["job"]]["verdict"] == "straggler"
+                 and verdicts[j["job"]]["rank"] == j["culprit"] and verdicts[j["job"]]["host"] == hosts[j["job"]]]
+        report["rules"][name] = {"false_positives": false, "stragglers_found": found, "verdicts": verdicts}
+        print(f"  rule {name:<18} healthy jobs called otherwise: {len(false)} of {len(healthy)}; "
+              f"stragglers found: {len(found)} of {len(sick)}")
+        for job in false:
+            print(f"    {verdicts[job]['summary']}")
+        for j in sick:
+            if j["job"] not in found:
+                print(f"    missed: {verdicts[j['job']]['summary']}")
+    a.results.parent.mkdir(parents=True, exist_ok=True)
+    a.results.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"written: {a.results}")
+
+
+if __name__ == "__main__":
+    main()
