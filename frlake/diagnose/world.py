@@ -60,8 +60,12 @@ def infer(hosts: dict[int, str], members: dict[str, set[int]], desc: dict[str, s
     for pg, n in sorted(gathered.items()):
         if desc.get(pg) == "default_pg" and n > len(world):
             add(set(range(n)), f"the default group's all_gathers gather {n} tensors: the world has {n} ranks")
-    _by_siblings(members, desc, gathered, listed, world, add)
     _by_hosts(hosts, world, add)
+    while True:  # one kind of group may complete the world another kind needs (TP pairs, then DP stripes)
+        known_before = (len(world), sum(len(m) for m in members.values()))
+        _by_siblings(members, desc, gathered, listed, world, add)
+        if (len(world), sum(len(m) for m in members.values())) == known_before:
+            break
     for pg, d in desc.items():
         if d == "default_pg":
             members[pg] = set(members.get(pg, ())) | world
