@@ -113,3 +113,28 @@ def test_a_hostile_archive_mtime_is_no_time(tmp_path):
     assert summary.ingested == 1, summary.rejected_files
     with Frlake(settings) as fl:
         assert fl.connect().execute("SELECT written_from, written_ns FROM snapshots").fetchall() == [(None, None)]
+
+
+def test_a_time_in_a_name_stands_for_its_whole_second(tmp_path):
+    """job-tail's pending collectives were created at ...000.5 s with a 600 s timeout. A name's
+    ``<epoch seconds>`` is the interval [t, t + 1 s): at second 1796000600 the collective was 599.5 to
+    600.5 s old, which cannot tell (overdue NULL, never "in flight"); at ...599 it was younger than its
+    timeout all along, at ...601 older. An mtime inside the name's second is the exact time."""
+    out = tmp_path / "in"
+    for second in (599, 600, 601):
+        for src in sorted((TAIL / "attempt-1").rglob("nccl_trace_rank_*")):
+            rank = src.name.split("_")[3]
+            dst = out / f"s{second}" / "job-tail" / f"attempt-{second}" / src.parent.name / f"rank_{rank}.1796000{second}"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+    exact = out / "s600" / "job-tail" / "attempt-600" / "node-a" / "rank_0.1796000600"
+    os.utime(exact, ns=(1796000600_700_000_000, 1796000600_700_000_000))  # 600.2 s old: overdue
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([out], settings)
+    with Frlake(settings) as fl:
+        rows = dict(((a, r), o) for a, r, o in fl.connect().execute(
+            "SELECT attempt, rank, overdue FROM snapshots WHERE job = 'job-tail'").fetchall())
+    assert {r: rows[(599, r)] for r in range(4)} == dict.fromkeys(range(4), False)
+    assert {r: rows[(601, r)] for r in range(4)} == dict.fromkeys(range(4), True)
+    assert {r: rows[(600, r)] for r in range(4)} == {0: True, 1: None, 2: None, 3: None}
+    assert diagnose(settings, "job-tail", 600, store=False).timing["in_flight"] is False

@@ -168,6 +168,9 @@ class Timing:
     pending_ranks: int = 0
     written_from: list[str] = field(default_factory=list)  # file_name / mtime: how each dump's time is known
     overdue_from: str | None = None
+    # a collective some rank counts as completed that a member never enqueued: it failed (gloo counts a timed-out
+    # or broken op as completed), so the job is not at work whatever the times say: {"pg", "seq"} or None
+    failed: dict | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -176,7 +179,8 @@ class Timing:
 
     def to_dict(self) -> dict:
         return {"overdue_ranks": self.overdue, "in_flight": self.in_flight, "ranks_with_pending": self.pending_ranks,
-                "dump_time_from": self.written_from, "overdue_from": self.overdue_from}
+                "dump_time_from": self.written_from, "overdue_from": self.overdue_from,
+                **({"failed_collective": self.failed} if self.failed else {})}
 
 
 @dataclass
@@ -359,10 +363,14 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     # the default group spans the world, whoever recorded in it
     gathered = _gathered(con, params, rel, bool(split), members, desc)
     world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
+    timing = _timing(con, rel)
+    if timing.in_flight:
+        timing.failed = _failed(con, params, rel, world.members, last_seq)
+        timing.in_flight = timing.failed is None
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
                     last_seq, first_seq, last, sorted(world.ranks), rel, several, names=split, renumbered=renumbered,
                     world_inferred=world.how,
-                    timing=_timing(con, rel), pending_tail=_pending_tail(con, params, rel),
+                    timing=timing, pending_tail=_pending_tail(con, params, rel),
                     p2p_entries=p2p_entries,
                     progress=_progress(con, params), live_hosts=live_hosts)
 
@@ -510,15 +518,36 @@ def _timing(con, rel: Relations) -> Timing:
                   min(sources, key=OVERDUE_FROM.index) if sources else None)
 
 
+def _failed(con, params, rel: Relations, members: dict[str, set[int]],
+            last_seq: dict[tuple[int, str], int]) -> dict | None:
+    """The first collective (by group and sequence id) that a rank's pg_status counts as completed although a
+    member of its group never enqueued it (or left no dump): no collective completes without all its members,
+    so it failed. gloo counts a timed-out or broken op as completed; NCCL's counter never contradicts."""
+    done = con.execute(
+        f"""SELECT g.pg_name, max(p.last_completed_collective)
+            FROM {rel.rank_groups} g
+            JOIN (SELECT d.rank, p.pg_id, p.last_completed_collective FROM pg_status p JOIN {rel.dumps} d USING (dump_id)
+                  WHERE p.job = $job AND p.attempt = $attempt) p ON p.rank = g.rank AND p.pg_id = CAST(g.pg_id AS VARCHAR)
+            WHERE NOT g.is_p2p AND p.last_completed_collective >= g.lo AND p.last_completed_collective <= g.hi
+            GROUP BY ALL ORDER BY ALL""",
+        params,
+    ).fetchall()
+    for pg, seq in done:
+        if any(last_seq.get((m, pg), -1) < seq for m in members.get(pg, ())):
+            return {"pg": pg, "seq": seq}
+    return None
+
+
 STALL_STEPS = 50  # a collective pending longer than this many of the job's steps is no longer "at work"
 MIN_STALL_NS = 2_000_000_000  # nor ever before 2 s: a step of a healthy job can wait that long on a slow peer
 
 
 def _pace_ns(con, rel: Relations) -> float | None:
-    """The job's pace: the median, over ranks, of the mean time between a rank's consecutive entries."""
+    """The job's pace: the median time between a rank's consecutive entries (a median, so that one long pause,
+    a checkpoint or the first dump's symbolizing, does not set it)."""
     pace = con.execute(
-        f"""SELECT median(span / (n - 1)) FROM (
-              SELECT max(t) - min(t) AS span, count(t) AS n FROM {rel.entries} GROUP BY rank HAVING count(t) > 1)"""
+        f"""SELECT median(gap) FROM (
+              SELECT t - lag(t) OVER (PARTITION BY rank ORDER BY t) AS gap FROM {rel.entries} WHERE t IS NOT NULL)"""
     ).fetchone()[0]
     return None if pace is None else float(pace)
 
