@@ -16,7 +16,7 @@ jobs, every injected straggler found (its rank and host).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
 import tempfile
@@ -36,11 +36,9 @@ GENERATOR = ROOT / "tests" / "fixtures" / "genuine" / "make_genuine.py"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_genuine", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_genuine"] = module
-    spec.loader.exec_module(module)
-    return module
+    """The fixtures' generator, imported by its name from its folder (its spawned ranks import it so too)."""
+    sys.path.insert(0, str(GENERATOR.parent))
+    return importlib.import_module(GENERATOR.stem)
 
 
 def run_jobs(work: Path, healthy: int, stragglers: int) -> list[dict]:

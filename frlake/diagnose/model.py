@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 6  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+ALGORITHM_VERSION = 7  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
 # pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
 # without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects,
 # a rank whose ops all completed waits for no member without a dump, a dump in two hosts' folders names no host,
-# a root another explains is a suspect, an incomplete attempt names suspects
+# a root another explains is a suspect, an incomplete attempt names suspects; 7: genuine gloo dumps: the world
+# inferred, pg_status-only dumps by rank-local id, names' times as intervals, a failed collective is no job at work,
+# gloo's tied roots, stragglers that cost the job a share of its time
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
