@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from frlake.config import Settings  # noqa: E402
-from frlake.query.reports import REPORTS, Window  # noqa: E402
+from frlake.query.reports import REPORTS  # noqa: E402
+from frlake.query.window import Window  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
 
 

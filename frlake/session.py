@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.diagnose.model import Diagnosis
+from frlake.entities import Diagnosis
 from frlake.errors import FrlakeError
 from frlake.lake import Lake
 
@@ -254,7 +254,7 @@ class Frlake:
         attempt holds now (its diagnosis is not due: no dump came or went since), by this frlake's algorithm
         (ALGORITHM_VERSION), and, when ``complete`` is given, with that mark. A diagnosis is a function of
         exactly these (the same input gives the same answer), so it is what computing it again would give."""
-        from frlake.diagnose.model import ALGORITHM_VERSION
+        from frlake.entities import ALGORITHM_VERSION
 
         state = self.catalog.diagnosis_state(job, attempt)
         if state is None or state[1]:
@@ -347,7 +347,7 @@ class Frlake:
 
     def stack_diff(self, job: str, attempt: int | None = None) -> list[dict]:
         """Where each rank stands, grouped by stack: the ranks at another frame than the rest."""
-        from frlake.query.entries import stack_diff
+        from frlake.diagnose.standing import stack_diff
 
         attempt = self._attempt_number(job, attempt)
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
@@ -416,7 +416,8 @@ class Frlake:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row
         with its evidence; ``params`` go to reports that take them (drain's
         ``policy``)."""
-        from frlake.query.reports import REPORTS, Window
+        from frlake.query.reports import REPORTS
+        from frlake.query.window import Window
 
         if name not in REPORTS:
             raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.catalog.store import Catalog
-from frlake.diagnose.model import Diagnosis
+from frlake.entities import Diagnosis
 from frlake.lake import Lake, new_part_name
 from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES

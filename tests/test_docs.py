@@ -116,13 +116,13 @@ def test_a_script_without_a_main_guard_is_told_why_and_no_file_is_rejected(tmp_p
 
 
 def test_the_verdicts_are_documented_in_their_order():
-    from frlake.diagnose.model import Verdict
+    from frlake.entities import Verdict
 
     doc = (ROOT / "docs" / "diagnose.md").read_text()
     section = doc.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
     positions = [section.find(f"`{v.value}`") for v in Verdict]
     assert -1 not in positions, "every verdict is in docs/diagnose.md"
-    assert positions == sorted(positions), "in the order of precedence of frlake.diagnose.model.Verdict"
+    assert positions == sorted(positions), "in the order of precedence of frlake.entities.Verdict"
 
 
 def test_every_view_and_column_a_query_sees_has_its_meaning_in_schema_md(corpus_lake):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.query.drain import DrainPolicy, drain, explain, slurm_exclude
-from frlake.query.reports import Window
+from frlake.query.window import Window
 from frlake.session import Frlake
 from tests.fleet import Attempt, write
 from tests.helpers import ingest

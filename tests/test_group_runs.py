@@ -15,6 +15,7 @@ from frlake.config import Settings
 from frlake.diagnose import evidence
 from frlake.diagnose.analyze import diagnose_attempt
 from frlake.ingest.parse import rank_runs
+from frlake.query import vocabulary
 from frlake.session import Frlake
 from tests.helpers import FIXTURES, ingest
 
@@ -25,7 +26,7 @@ def test_runs_round_trip_any_list_within_one_and_a_half_numbers_per_rank():
     cases += [[rng.randint(-9, 60) for _ in range(rng.randint(0, 40))] for _ in range(3000)]
     for ranks in cases:
         runs = rank_runs(ranks)
-        assert evidence.expand_runs(runs) == ranks
+        assert vocabulary.expand_runs(runs) == ranks
         assert len(runs) <= 1.5 * len(ranks) + 3
     assert rank_runs(list(range(16384))) == [0, 1, 16384]
     assert rank_runs(list(range(3, 16384, 8))) == [3, 8, 2048]
@@ -55,7 +56,7 @@ def test_members_from_runs_equal_members_from_rank_lists(shapes_lake):
             # what a lake from before group_runs offers: the rank lists alone
             con.register("_no_runs", pa.schema([*schema.GROUP_RUNS, *schema.PARTITION_FIELDS]).empty_table())
             con.execute("CREATE OR REPLACE VIEW group_runs AS SELECT * FROM _no_runs")
-            assert evidence.member_lists(con, params, evidence.Relations()) == ("groups", "ranks") or not lists
+            assert vocabulary.member_lists(con, params, vocabulary.Relations()) == ("groups", "ranks") or not lists
             old = evidence.load(con, job, attempt)
             assert (new.members, new.desc, new.names) == (old.members, old.desc, old.names), (job, attempt)
             assert {**diagnose_attempt(con, job, attempt).to_dict(), "seconds": None} == new_diag

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frlake.cli.main import app
-from frlake.query.reports import Window
+from frlake.query.window import Window
 from tests.helpers import run_report as run
 
 

@@ -15,7 +15,8 @@ import pytest
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.lifecycle import CompactOptions
-from frlake.query.reports import REPORTS, Window
+from frlake.query.reports import REPORTS
+from frlake.query.window import Window
 from frlake.schema import SUMMARY_TABLES
 from frlake.session import Frlake
 from tests.fleet import slow_link_attempt, slow_link_fleet, write_timed

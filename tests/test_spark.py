@@ -32,7 +32,8 @@ from frlake.engines.spark import register_views, run_report, spark_schema  # noq
 from frlake.engines.transpile import NotPortable, to_spark  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
 from frlake.ingest.identity import IdentityOptions  # noqa: E402
-from frlake.query.reports import REPORTS, Window  # noqa: E402
+from frlake.query.reports import REPORTS  # noqa: E402
+from frlake.query.window import Window  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
 from tests.helpers import ROOT, copy_tree, ingest  # noqa: E402
 

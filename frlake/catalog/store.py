@@ -24,7 +24,7 @@ from frlake.catalog.models import (
     SourceFile,
     StackId,
 )
-from frlake.diagnose.model import Diagnosis, stack_signature, stall_signature, top_frame
+from frlake.entities import Diagnosis, stack_signature, stall_signature, top_frame
 
 _FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank",
                  "options_key", "frlake_version")

@@ -22,7 +22,7 @@ from frlake.cli._common import (
 from frlake.diagnose.words import detail_text, role_text, waiting_text, weaker_text
 
 if TYPE_CHECKING:
-    from frlake.diagnose import Diagnosis
+    from frlake.entities import Diagnosis
 
 
 

@@ -10,7 +10,8 @@ import typer
 
 from frlake.cli._common import DbUrlOpt, Format, LakeOpt, emit_json, emit_rows, open_session, user_errors
 from frlake.errors import FrlakeError
-from frlake.query.reports import REPORTS, parse_when
+from frlake.query.reports import REPORTS
+from frlake.query.window import parse_when
 
 WhenOpt = Annotated[str | None, typer.Option(
     help="An ISO 8601 date (a whole day, UTC) or date-time with its offset, e.g. 2026-11-29 or "
@@ -56,7 +57,7 @@ def report_command(
     drain: which hosts (and GPUs) to avoid or exclude now, by a repeat-offender
     policy (docs/reports.md): -f slurm prints the hosts to exclude as
     host1,host2; --explain HOST prints the evidence and the arithmetic."""
-    from frlake.query.reports import Window
+    from frlake.query.window import Window
 
     params = {}
     with user_errors():

@@ -11,9 +11,10 @@ from dataclasses import replace
 import duckdb
 
 from frlake.diagnose import hang, mismatch, straggler
-from frlake.diagnose.evidence import Evidence, live_stacks, load, stacks
-from frlake.diagnose.model import WAIT_LIST, Culprit, Diagnosis, Verdict
+from frlake.diagnose.evidence import Evidence, live_stacks, load
 from frlake.diagnose.words import host_words, ranks_text
+from frlake.entities import WAIT_LIST, Culprit, Diagnosis, Verdict
+from frlake.query.vocabulary import stacks
 
 
 def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,

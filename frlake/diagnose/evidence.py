@@ -12,22 +12,22 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from frlake.diagnose.timing import Timing, failed_collective, read_timing
 from frlake.diagnose.world import infer as infer_world
+from frlake.query.vocabulary import (
+    END_MARKER,
+    GATHER,
+    NEWEST_DUMP,
+    STATE_OF,
+    UNEVEN,
+    Relations,
+    listed_members,
+    listed_rows,
+    member_lists,
+)
 from frlake.schema import schema_variable
 from frlake.signatures import EMPTY_LIST, NO_LIST
 
-# Collectives whose members hold tensors of different sizes by design (torch's flight_recorder types.py and
-# torchcomms' op names): all-to-alls exchange unequal splits, the "_v" ops gather or scatter unequal parts.
-# Only their op type and dtypes are compared.
-UNEVEN = ("all_to_all", "alltoall", "alltoall_base", "all_to_allv", "alltoallv", "all_to_all_single",
-          "all_to_all_v_single", "all_gather_v", "allgather_v", "reduce_scatter_v", "reducescatter_v")
-ALL_TO_ALL = UNEVEN  # the name earlier code imported
-# Ops whose whole tensor exists on the root only: members compare scatter's outputs and gather's inputs.
-_GATHER = ("gather", "gather_single")
-# The entry that closes a coalesced block ("nccl:coalesced", "nccl:ALLGATHER_coalesced"): no tensors of its
-# own. The fast-path single entries ("nccl:allreduce_coalesced", with sizes) are ordinary collectives.
-END_MARKER = "(op = 'coalesced' OR (op LIKE '%coalesced' AND len(coalesce(input_sizes, [])) = 0 " \
-             "AND len(coalesce(output_sizes, [])) = 0))"
 _NO_TENSORS = f"IN ({NO_LIST}, {EMPTY_LIST})"  # the signature of a missing or empty list
 _END_MARKER_STORED = (f"(op = 'coalesced' OR (op LIKE '%coalesced' AND input_sizes_sig {_NO_TENSORS} "
                       f"AND output_sizes_sig {_NO_TENSORS}))")
@@ -42,26 +42,15 @@ def _shapes(column: str) -> str:
 # Which tensors every member of a collective must agree on: each side's shapes by the signature an entry
 # stores (frlake.signatures; {i} and {o}), or by DuckDB's hash of its lists for the files written before.
 _SIZE_SIG_OF = f"""CASE WHEN op IN {UNEVEN} THEN hash(op) WHEN op = 'scatter' THEN hash({{o}})
-                        WHEN op IN {_GATHER} THEN hash({{i}}) ELSE hash({{i}}, {{o}}) END"""
+                        WHEN op IN {GATHER} THEN hash({{i}}) ELSE hash({{i}}, {{o}}) END"""
 _SIZE_SIG = _SIZE_SIG_OF.format(i=_shapes("input_sizes"), o=_shapes("output_sizes"))
 _SIZE_SIG_STORED = _SIZE_SIG_OF.format(i="input_sizes_sig", o="output_sizes_sig")
 # Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
 _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
-# When several dumps claim one rank of an attempt (snapshots, a file rewritten in place, a copy), the
-# diagnosis reads the newest: by its snapshot time (a time in the file name, else its newest entry, else
-# the file's mtime; the snapshots table), then its newest entry, the file's mtime, its bytes. Never by the
-# order of ingest, so the same dumps give the same diagnosis whatever order they arrived in.
-NEWEST_DUMP = ("s.snapshot_ns DESC NULLS LAST, d.last_time_created_ns DESC NULLS LAST, "
-               "d.source_mtime_ns DESC NULLS LAST, d.sha256")
-_DTYPE_SIG_OF = f"""CASE WHEN op = 'scatter' THEN hash({{o}}) WHEN op IN {_GATHER} THEN hash({{i}})
+_DTYPE_SIG_OF = f"""CASE WHEN op = 'scatter' THEN hash({{o}}) WHEN op IN {GATHER} THEN hash({{i}})
                          ELSE hash({{i}}, {{o}}) END"""
 _DTYPE_SIG = _DTYPE_SIG_OF.format(i="input_dtypes", o="output_dtypes")
 _DTYPE_SIG_STORED = _DTYPE_SIG_OF.format(i="input_dtypes_sig", o="output_dtypes_sig")
-# torchcomms' hook passes no events, so its entries stay "scheduled"; its post hook retires an op once it is
-# done. In its dumps (the group's desc is the backend) a retired entry is a completed one.
-# (STATE_OF.format(e=alias): the state of the entries under that alias, for the trace too)
-STATE_OF = """CASE WHEN {e}.state = 'scheduled' AND {e}.retired AND {e}.pg_desc IS NOT DISTINCT FROM {e}.backend
-                   THEN 'completed' ELSE {e}.state END"""
 _STATE = STATE_OF.format(e="en")
 # torchcomms keeps one collective_seq_id counter for all its communicators, incremented by every op (send and
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
@@ -86,31 +75,6 @@ class LastEntry:
     t: int | None
     stack_id: int | None
     counters: bool = False  # known from pg_status alone (a dump without entries): weaker evidence
-
-
-@dataclass(frozen=True)
-class Relations:
-    """The temporary relations :func:`load` builds on the connection, by what
-    they hold; the analyses read them through these names, never by guessing.
-
-    Their ``pg_name`` column is the group's identity: its name, or, when
-    disjoint groups share one name (split_group), the name and a digest of its
-    members (``5@1f0c...``; :attr:`Evidence.names` maps it back)."""
-
-    dumps: str = "_d"  # the dump read for each rank: rank, host, dump_id, first_record_id
-    entries: str = "_e"  # its entries, with size and dtype signatures (and durations: load's durations);
-    # one dump per rank, so no dump id (``dumps`` has it) and no op-type hash (``calls`` makes it). A view over
-    # the attempt's Parquet files, which each pass reads again, or over a table of WORK_DB (load says when)
-    blocks: str = "_blk"  # coalesced blocks: rank, pg_name, seq, p2p_seq, state of the end marker
-    calls: str = "_c"  # one row per rank and collective call (a coalesced block is one call)
-    instances: str = "_inst"  # one row per collective instance (pg_name, seq) with two or more members
-    group_keys: str = "_gk"  # (rank, pg name) -> group identity, where disjoint groups share a name (else empty)
-    rank_groups: str = "_rg"  # per rank, group, pg id and is_p2p: what :func:`_rank_groups` reads of its entries
-    one_dump_per_rank: bool = False  # then every dump of the attempt is read: no filter is needed
-
-    def newest(self, alias: str = "") -> str:
-        """The condition that keeps the rows of the dumps read (each rank's newest, ``dumps``)."""
-        return "TRUE" if self.one_dump_per_rank else f"{alias}dump_id IN (SELECT dump_id FROM {self.dumps})"
 
 
 @dataclass
@@ -139,48 +103,6 @@ class Evidence:
     def name(self, pg: str | None) -> str | None:
         """The name a group was given (what the user sees in the dumps)."""
         return self.names.get(pg, pg) if pg is not None else None
-
-
-# A dump's time taken from its file's mtime is trusted as the time it was written unless it comes later than
-# this after the dump's own newest entry (plus twice its timeout): a watchdog writes its timeout dump within
-# minutes of the timeout, while a copy that did not keep mtimes (cp without -p, an upload) dates the file to
-# the copy, hours or days later, and would make a periodic snapshot of a healthy job look hung.
-MTIME_SLACK_NS = 15 * 60 * 1_000_000_000
-# How a job's hang is known from the dumps' times (overdue_from), strongest first.
-OVERDUE_FROM = ("file_name", "entries", "mtime", "mtime_after_copy")
-
-
-@dataclass
-class Timing:
-    """What the dumps' times say (the snapshots table): ``overdue`` ranks held
-    a collective pending longer than its timeout when their dump was written
-    (the job hung); ``in_flight``: every pending collective was younger than
-    its timeout (a periodic snapshot of a job at work), so waiting is not a hang.
-
-    ``overdue_from`` says how the hang is known, strongest first: ``file_name``
-    (a time in a dump's name), ``entries`` (a dump's own newest time is past
-    the timeout), ``mtime`` (the file's mtime), ``mtime_after_copy`` (only
-    mtimes so long after the dumps' newest entries that they are more likely
-    the time of a copy than of the dump: the hang is not confirmed)."""
-
-    overdue: list[int] = field(default_factory=list)
-    in_flight: bool = False
-    pending_ranks: int = 0
-    written_from: list[str] = field(default_factory=list)  # file_name / mtime: how each dump's time is known
-    overdue_from: str | None = None
-    # a collective some rank counts as completed that a member never enqueued: it failed (gloo counts a timed-out
-    # or broken op as completed), so the job is not at work whatever the times say: {"pg", "seq"} or None
-    failed: dict | None = None
-
-    @property
-    def confirmed(self) -> bool:
-        """The dumps' times show that the job hung."""
-        return bool(self.overdue) and self.overdue_from != "mtime_after_copy"
-
-    def to_dict(self) -> dict:
-        return {"overdue_ranks": self.overdue, "in_flight": self.in_flight, "ranks_with_pending": self.pending_ranks,
-                "dump_time_from": self.written_from, "overdue_from": self.overdue_from,
-                **({"failed_collective": self.failed} if self.failed else {})}
 
 
 @dataclass
@@ -328,7 +250,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     listed = {pg for pg, ranks in members.items() if ranks}
     # the least of the lists' descriptions, whatever order the rows come in
     desc: dict[str, str | None] = dict(con.execute(
-        f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {_listed(rel)} GROUP BY ALL", params).fetchall())
+        f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {listed_rows(rel)} GROUP BY ALL", params).fetchall())
     _rank_groups(con, rel, has_blocks)
     last_seq, first_seq = {}, {}
     for rank, pg, pg_desc, lo, hi in con.execute(
@@ -363,9 +285,9 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     # the default group spans the world, whoever recorded in it
     gathered = _gathered(con, params, rel, bool(split), members, desc)
     world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
-    timing = _timing(con, rel)
+    timing = read_timing(con, rel)
     if timing.in_flight:
-        timing.failed = _failed(con, params, rel, world.members, last_seq)
+        timing.failed = failed_collective(con, params, rel, world.members, last_seq)
         timing.in_flight = timing.failed is None
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
                     last_seq, first_seq, last, sorted(world.ranks), rel, several, names=split, renumbered=renumbered,
@@ -484,72 +406,6 @@ def _gathered(con, params, rel: Relations, split: bool, members: dict[str, set[i
         {**params, "ranks": readers},
     ).fetchall()
     return {pg: int(n) for pg, n in rows if n is not None and n == int(n) and n > 1}
-
-
-def _timing(con, rel: Relations) -> Timing:
-    timeout_ns = "coalesce(timeout_ms, 0) * 1000000"
-    rows = con.execute(
-        f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from,
-                   CASE WHEN NOT coalesce(overdue, false) THEN NULL  -- how it is known (Timing.overdue_from)
-                        WHEN written_from = 'file_name' THEN 'file_name'
-                        WHEN snapshot_from = 'newest_entry' AND snapshot_ns - oldest_pending_ns > {timeout_ns}
-                          THEN 'entries'
-                        WHEN snapshot_from = 'newest_entry'
-                          AND written_ns - snapshot_ns > 2 * {timeout_ns} + {MTIME_SLACK_NS} THEN 'mtime_after_copy'
-                        ELSE 'mtime' END
-            FROM {rel.dumps} ORDER BY rank"""
-    ).fetchall()
-    pending = [r for r in rows if r[1]]
-    overdue = [r for r in rows if r[5]]
-    # a snapshot at work: something is pending, and each rank's pending collectives are known to be younger
-    # than their timeout at its dump's time (a dump time before its own entries is no evidence, and so is one
-    # too coarse to tell: a name's whole second, overdue NULL)
-    in_flight = bool(pending) and not overdue and all(
-        t is not None and w is not None and o is not None and w >= o and late is False
-        for _, _, o, t, w, late, *_ in pending)
-    if in_flight:
-        # and young against the job's own pace: a collective pending for many steps is a stall, whatever its
-        # timeout (a DeviceMesh's subgroups keep the 30-minute default while the job's steps take milliseconds)
-        pace = _pace_ns(con, rel)
-        in_flight = pace is not None and all(w - o <= max(STALL_STEPS * pace, MIN_STALL_NS)
-                                             for _, _, o, _, w, *_ in pending)
-    sources = [r[7] for r in overdue]
-    return Timing([r[0] for r in overdue], in_flight, len(pending), sorted({r[6] for r in rows if r[6]}),
-                  min(sources, key=OVERDUE_FROM.index) if sources else None)
-
-
-def _failed(con, params, rel: Relations, members: dict[str, set[int]],
-            last_seq: dict[tuple[int, str], int]) -> dict | None:
-    """The first collective (by group and sequence id) that a rank's pg_status counts as completed although a
-    member of its group never enqueued it (or left no dump): no collective completes without all its members,
-    so it failed. gloo counts a timed-out or broken op as completed; NCCL's counter never contradicts."""
-    done = con.execute(
-        f"""SELECT g.pg_name, max(p.last_completed_collective)
-            FROM {rel.rank_groups} g
-            JOIN (SELECT d.rank, p.pg_id, p.last_completed_collective FROM pg_status p JOIN {rel.dumps} d USING (dump_id)
-                  WHERE p.job = $job AND p.attempt = $attempt) p ON p.rank = g.rank AND p.pg_id = CAST(g.pg_id AS VARCHAR)
-            WHERE NOT g.is_p2p AND p.last_completed_collective >= g.lo AND p.last_completed_collective <= g.hi
-            GROUP BY ALL ORDER BY ALL""",
-        params,
-    ).fetchall()
-    for pg, seq in done:
-        if any(last_seq.get((m, pg), -1) < seq for m in members.get(pg, ())):
-            return {"pg": pg, "seq": seq}
-    return None
-
-
-STALL_STEPS = 50  # a collective pending longer than this many of the job's steps is no longer "at work"
-MIN_STALL_NS = 2_000_000_000  # nor ever before 2 s: a step of a healthy job can wait that long on a slow peer
-
-
-def _pace_ns(con, rel: Relations) -> float | None:
-    """The job's pace: the median time between a rank's consecutive entries (a median, so that one long pause,
-    a checkpoint or the first dump's symbolizing, does not set it)."""
-    pace = con.execute(
-        f"""SELECT median(gap) FROM (
-              SELECT t - lag(t) OVER (PARTITION BY rank ORDER BY t) AS gap FROM {rel.entries} WHERE t IS NOT NULL)"""
-    ).fetchone()[0]
-    return None if pace is None else float(pace)
 
 
 # The sends and recvs whose names carry their peers (the only ones a send can be paired with its recv by).
@@ -706,43 +562,6 @@ def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations,
     return dict(con.execute(f"SELECT DISTINCT pg, pg_name FROM {rel.group_keys} ORDER BY pg").fetchall())
 
 
-def member_lists(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations) -> tuple[str, str]:
-    """Where to read the members of the groups the attempt's dumps list: ``group_runs`` when it holds every
-    list (dumps ingested before it existed are only in ``groups``), else ``groups``' rank lists."""
-    where = f"job = $job AND attempt = $attempt AND {rel.newest()} AND group_size IS NOT NULL"
-    complete = con.execute(f"SELECT (SELECT count(*) FROM groups WHERE {where}) = "
-                           f"(SELECT count(*) FROM group_runs WHERE {where})", params).fetchone()[0]
-    return ("group_runs", "rank_runs") if complete else ("groups", "ranks")
-
-
-def _listed(rel: Relations) -> str:
-    """The rows (alias ``c``) of the groups that the dumps read list with their members."""
-    return f"c.job = $job AND c.attempt = $attempt AND {rel.newest('c.')} AND c.group_size IS NOT NULL"
-
-
-def listed_members(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations, lists: tuple[str, str],
-                   group: str = "c.pg_name", keys: str = "") -> dict[str, set[int]]:
-    """Each group's members (by ``group``, over the join ``keys``) as the dumps read list them, from where
-    :func:`member_lists` says (``lists``). Each distinct rank list is read once, as its runs where every dump
-    has them: every rank of a 16,384-rank job lists the world's 16,384 ranks, and decoding them all (268M
-    numbers) cost more than the rest of the diagnosis."""
-    table, column = lists
-    members: dict[str, set[int]] = {}
-    for pg, listed in con.execute(
-        f"""SELECT {group}, any_value(c.{column}) FROM {table} c {keys} WHERE {_listed(rel)}
-            GROUP BY {group}, c.group_size, hash(c.{column})""",
-        params,
-    ).fetchall():
-        members.setdefault(pg, set()).update(expand_runs(listed) if column == "rank_runs" else listed)
-    return members
-
-
-def expand_runs(runs: list[int]) -> list[int]:
-    """The ranks of :func:`frlake.ingest.parse.rank_runs`' (start, step, count) runs."""
-    return [start + step * k for start, step, count in zip(runs[::3], runs[1::3], runs[2::3], strict=True)
-            for k in range(count)]
-
-
 def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int | None:
     """p2p names carry group-local ranks ("send 0->1"); map the peer to a global rank."""
     ordered = sorted(members) if members else None
@@ -752,13 +571,6 @@ def _global_peer(members: set[int] | None, rank: int, src: int, dst: int) -> int
     if ordered and 0 <= other < len(ordered):
         return ordered[other]
     return other
-
-
-def stacks(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, list[dict]]:
-    if not ids:
-        return {}
-    rows = con.execute("SELECT stack_id, frames FROM stacks WHERE stack_id IN (SELECT unnest($ids))", {"ids": ids}).fetchall()
-    return {sid: frames for sid, frames in rows}
 
 
 def temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, pa.DataType], rows: list[tuple]) -> None:

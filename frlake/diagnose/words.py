@@ -3,7 +3,7 @@ on the attempt page: its role, whom it waits for, who waits for it."""
 
 from __future__ import annotations
 
-from frlake.diagnose.model import WAIT_LIST
+from frlake.entities import WAIT_LIST
 
 
 def ranks_on_hosts(ranks: list[dict] | None, most_hosts: int = 6) -> str:

@@ -34,9 +34,10 @@ from frlake.engines.transpile import referenced_tables, to_spark
 from frlake.errors import FrlakeError
 from frlake.lake import TABLES_DIR
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
-from frlake.query.reports import REPORTS, Window
+from frlake.query.reports import REPORTS
 from frlake.query.views import DERIVED as _ALL_DERIVED
 from frlake.query.views import DUCKDB_ONLY, with_timestamps
+from frlake.query.window import Window
 
 # the derived views written in portable SQL (the others: docs/engines.md)
 DERIVED = {name: sql for name, sql in _ALL_DERIVED.items() if name not in DUCKDB_ONLY}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from frlake.diagnose.model import Culprit, Diagnosis
+from frlake.entities import Culprit, Diagnosis
 
 MAX_GROUPS_LISTED = 64  # groups offered to pick from (the culprits' first, then the largest)
 

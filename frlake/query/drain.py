@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from frlake.diagnose.model import BLAMED_VERDICTS
+from frlake.entities import BLAMED_VERDICTS
 
 if TYPE_CHECKING:
     import duckdb
 
-    from frlake.query.reports import Window
+    from frlake.query.window import Window
 
 FAMILY = {"missing": "hang", "no_dump": "hang", "straggler": "straggler"}  # the rest: mismatch
 

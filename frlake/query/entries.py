@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from frlake.diagnose.evidence import END_MARKER, NEWEST_DUMP, Relations, listed_members, load, member_lists, stacks
-from frlake.diagnose.model import Diagnosis, top_frame
+from frlake.entities import Diagnosis
 from frlake.query.attempt import near_the_culprits
+from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, Relations, listed_members, member_lists
 
 MAX_ROWS = 2_000  # collectives shown at most, the last ones (a window of sequence ids narrows it)
 MAX_RANKS = 32  # ranks shown when none are chosen: all of a small attempt, else the culprits and their neighbours
@@ -134,26 +134,3 @@ def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]
     ).fetchall():
         members.setdefault(pg, set()).add(rank)
     return members
-
-
-def stack_diff(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> list[dict]:
-    """Where each rank stands (its first unfinished entry, else its last),
-    grouped by stack: the largest group first, so the ranks at another frame
-    than the rest stand out. Each group: its top user frame, its frames and
-    its ranks."""
-    ev = load(con, job, attempt)
-    by_stack: dict[int | None, list[int]] = {}
-    for rank, last in sorted(ev.last.items()):
-        by_stack.setdefault(last.stack_id, []).append(rank)
-    frames = stacks(con, [s for s in by_stack if s is not None])
-    groups = []
-    for sid, members in by_stack.items():
-        stuck = ev.last[members[0]]
-        groups.append({"ranks": members, "hosts": sorted({ev.hosts.get(r) for r in members if ev.hosts.get(r)}),
-                       "top_frame": top_frame(frames.get(sid)) if sid is not None else None,
-                       "op": stuck.op, "pg": stuck.pg, "pg_desc": stuck.pg_desc,
-                       "frames": frames.get(sid) or [], "stack_id": sid})
-    groups.sort(key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
-    for i, g in enumerate(groups):
-        g["odd_one_out"] = i > 0 and len(g["ranks"]) < len(groups[0]["ranks"])
-    return groups

@@ -30,13 +30,13 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from frlake.diagnose.evidence import Relations
+    from frlake.query.vocabulary import Relations
 
 Z = 1.96
 SLOW = 1.5  # a collective at least this many times its siblings' median counts as slow
 MIN_COLLECTIVES = 8
 
-# Per attempt, from the entries the diagnosis read (frlake.diagnose.evidence: each rank's newest dump, so an
+# Per attempt, from the entries the diagnosis read (frlake.query.vocabulary.NEWEST_DUMP: each rank's newest dump, so an
 # entry a rank dumped twice counts once, and groups that share a name told apart by their members): the
 # completed, timed collective entries, each with its host as a number (hid), since lists of numbers
 # aggregate several times faster than lists of strings.
@@ -86,9 +86,9 @@ SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATC
 def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
     """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
     in their schemas, from a connection on which the attempt was just
-    diagnosed (its relations, ``rel``, frlake.diagnose.evidence.load)."""
+    diagnosed (its relations, ``rel``, built by the diagnosis)."""
     from frlake import schema
-    from frlake.diagnose.evidence import Relations
+    from frlake.query.vocabulary import Relations
 
     rel = rel or Relations()
     names = {"dumps": rel.dumps, "entries": rel.entries, "group_keys": rel.group_keys}

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from frlake.diagnose.evidence import NEWEST_DUMP, STATE_OF
-from frlake.diagnose.model import Diagnosis
+from frlake.entities import Diagnosis
 from frlake.query.attempt import near_the_culprits, neighbourhood
+from frlake.query.vocabulary import NEWEST_DUMP, STATE_OF
 
 DEFAULT_MAX_EVENTS = 100_000
 DEFAULT_MAX_RANKS = 64  # ranks of the default window (the culprits and their neighbours)
@@ -36,7 +36,7 @@ _PLAUSIBLE_DUMP_DELAY_NS = 24 * 3600 * 10**9
 _MIN_VISIBLE_US = 1000.0  # a pending op is shown at least 1 ms long
 # torchcomms' retired entries are completed ones, as the diagnosis reads them
 _STATE = STATE_OF.format(e="e")
-# the dump the diagnosis reads for each rank (the newest: see frlake.diagnose.evidence.NEWEST_DUMP)
+# the dump the diagnosis reads for each rank (the newest: see frlake.query.vocabulary.NEWEST_DUMP)
 _NEWEST_DUMPS = f"""
     SELECT d.rank, d.host, d.dump_id, d.last_time_created_ns, s.written_ns
     FROM dumps d LEFT JOIN (SELECT * FROM snapshots WHERE job = $job AND attempt = $attempt) s USING (dump_id)

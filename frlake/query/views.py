@@ -9,9 +9,9 @@ import pyarrow as pa
 
 from frlake import schema
 from frlake.catalog.store import Catalog
-from frlake.diagnose.evidence import ALL_TO_ALL, END_MARKER, NEWEST_DUMP
 from frlake.lake import Lake
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
+from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).
@@ -78,8 +78,8 @@ _COLLECTIVES = f"""
                                        OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) AS unknown,
            make_timestamp(c.t_first // 1000) AS first_arrival, make_timestamp(c.t_last // 1000) AS last_arrival,
            round((c.t_last - c.t_first) / 1e6, 3) AS spread_ms,
-           c.ops_agree, c.op IN {ALL_TO_ALL} AS uneven_by_design,
-           CASE WHEN c.op IN {ALL_TO_ALL} THEN NULL ELSE c.sizes_agree END AS sizes_agree,
+           c.ops_agree, c.op IN {UNEVEN} AS uneven_by_design,
+           CASE WHEN c.op IN {UNEVEN} THEN NULL ELSE c.sizes_agree END AS sizes_agree,
            c.dtypes_agree, c.states
     FROM c JOIN members m USING (job, attempt, pg_name)
     JOIN (SELECT job, attempt, list(rank) AS ranks FROM d GROUP BY ALL) dumped USING (job, attempt)

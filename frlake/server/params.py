@@ -8,8 +8,8 @@ from datetime import date, datetime
 
 from flask import request, url_for
 
-from frlake.diagnose.model import REASONS, VERDICTS, Diagnosis
-from frlake.query.reports import Window, parse_when
+from frlake.entities import REASONS, VERDICTS, Diagnosis
+from frlake.query.window import Window, parse_when
 from frlake.server.context import catalog, config, lake, memoized, session
 from frlake.server.errors import ApiError
 

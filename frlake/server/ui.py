@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, request
 
-from frlake.diagnose.model import REASONS, VERDICTS
+from frlake.entities import REASONS, VERDICTS
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
 from frlake.server.context import attempt_facets, catalog, config, lake, session

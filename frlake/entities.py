@@ -1,4 +1,6 @@
-"""What a diagnosis says: plain dataclasses, JSON-ready, and the verdicts."""
+"""The entities every layer shares: what a diagnosis says (plain dataclasses, JSON-ready), the verdicts,
+and the signatures of stacks and stalls. The lowest module of frlake: it imports nothing of frlake, so the
+catalog, the query layer and the analysis all build on it."""
 
 from __future__ import annotations
 
