@@ -9,7 +9,7 @@ Everything goes through one session object::
         print(fl.diagnose("job-5f5228").summary)
 """
 
-__version__ = "0.2.0"
+from frlake.version import __version__
 
 __all__ = ["Frlake", "Settings", "connect", "__version__"]
 

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from frlake import __version__
 from frlake.catalog.store import Catalog, FileRecord, FileState, LakeFileSpec
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
@@ -49,6 +48,7 @@ from frlake.ingest.worker import (
 )
 from frlake.lake import Lake, new_part_name
 from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.version import __version__
 
 MAX_REPORTED_REJECTS = 1000
 log = logging.getLogger("frlake.ingest")

@@ -1,0 +1,74 @@
+"""The house's layers, read from the package's own imports (ast): entities at the bottom, the catalog and
+the query layer below the analysis, no cycle, nothing that reaches up into the package's facade."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "frlake"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(module: str) -> set[str]:
+    """The frlake modules ``module`` imports, anywhere in it (a function's lazy import counts): ``from
+    frlake.x import y`` is frlake.x.y where that is a module, else frlake.x."""
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "frlake":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "frlake")
+    return out - {module}
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_catalog_and_the_query_layer_import_nothing_of_the_analysis():
+    wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
+                   if (_under(m, "frlake.catalog") or _under(m, "frlake.query")) and _under(i, "frlake.diagnose"))
+    assert wrong == []
+
+
+def test_the_entities_import_nothing_of_frlake():
+    assert GRAPH["frlake.entities"] == set()
+
+
+def test_nothing_imports_the_package_facade():
+    """frlake/__init__.py is for users (``frlake.Frlake``); the parts import the module they need."""
+    assert sorted(m for m, deps in GRAPH.items() if "frlake" in deps and m != "frlake") == []
+
+
+def test_no_module_imports_itself_back():
+    """No cycle among the modules, lazy imports included."""
+    facade = {"frlake"}  # its lazy attributes (Frlake, Settings) are the user's door, not a dependency
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        seen[module] = 1
+        for dep in sorted(GRAPH.get(module, ()) - facade):
+            if seen.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in seen:
+                visit(dep, path + [dep])
+        seen[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in seen and module not in facade:
+            visit(module, [module])
+    assert cycles == []
