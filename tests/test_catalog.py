@@ -69,11 +69,16 @@ def test_ingest_and_query_on_each_backend(any_db, corpus):
     assert con.execute("SELECT count(*) FROM files WHERE status = 'ingested'").fetchone()[0] == 28
 
 
-def test_head_revision_constant_matches_the_migrations():
+def test_the_head_and_every_downgrades_loss_come_from_the_migrations_themselves():
+    """head_revision reads the file names, downgrade_loses each migration's LOSES: Alembic's own view of
+    the chain agrees, and no migration leaves out what reverting it throws away."""
     from alembic.script import ScriptDirectory
 
-    cfg = db.alembic_config(db.make_engine("sqlite://"))
-    assert ScriptDirectory.from_config(cfg).get_current_head() == db.head_revision()
+    script = ScriptDirectory.from_config(db.alembic_config(db.make_engine("sqlite://")))
+    assert script.get_current_head() == db.head_revision()
+    revisions = [r.revision for r in script.walk_revisions()]
+    assert len(revisions) == len(list(db.VERSIONS.glob("[0-9]*.py")))
+    assert all(isinstance(db.downgrade_loses(r), str) and db.downgrade_loses(r) for r in revisions), revisions
 
 
 def test_a_migration_killed_half_way_leaves_an_empty_catalog(tmp_path):

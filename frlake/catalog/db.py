@@ -13,28 +13,27 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from frlake.errors import CatalogError, StaleCatalog
 
-# Kept equal to the head of frlake/migrations/versions by tests/test_catalog.py.
-HEAD_REVISION = "0013"
 WRITE = "frlake_write"  # execution option of a session that will write
-# What reverting each migration throws away (``frlake db downgrade`` asks first).
-DOWNGRADE_LOSES: dict[str, str] = {
-    "0001": "the whole catalog: every job, attempt, dump and file record",
-    "0002": "every stored diagnosis (incidents and culprits)",
-    "0003": "the rank lateness of every diagnosis (the slow-ranks report)",
-    "0005": "the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
-            "how each rejection was judged, and the list of retired files (they stay on disk)",
-    "0006": "the culprits' stall signatures (frlake rediagnose computes them again)",
-    "0007": "nothing (which attempts await a diagnosis is found again from their incidents)",
-    "0008": "the records of the summary tables' files (collective_durations, watchdog_lags: the slow-links "
-            "report's input; the files stay on disk, unread by the older frlake)",
-    "0009": "nothing (an index)",
-    "0010": "nothing (the attempts it marked due stay due until diagnosed)",
-    "0011": "which files hold the entries' signatures; the older frlake cannot read an attempt whose entries "
-            "files mix old and new ones (compact the lake with this frlake first)",
-    "0012": "how strong each culprit's evidence is and which hosts were inferred (frlake rediagnose finds them "
-            "again; the drain report counts inferred hosts in full without them)",
-    "0013": "nothing (an index)",
-}
+# The migrations shipped with this frlake, one file each, named by their revision ("0013_files_by_attempt.py").
+VERSIONS = Path(__file__).resolve().parent.parent / "migrations" / "versions"
+
+
+def _migration_files() -> dict[str, Path]:
+    return {p.name[:4]: p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py")}
+
+
+def downgrade_loses(revision: str) -> str | None:
+    """What reverting ``revision`` throws away: its migration's ``LOSES`` (read from its text, so that
+    Alembic is not imported to ask)."""
+    import ast
+
+    path = _migration_files().get(revision)
+    if path is None:
+        return None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LOSES" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return None
 
 
 def make_engine(url: str) -> Engine:
@@ -81,9 +80,9 @@ def alembic_config(engine: Engine):
 
 
 def head_revision() -> str:
-    """The newest migration shipped with this frlake (Alembic itself is only
+    """The newest migration shipped with this frlake: its highest-numbered file (Alembic itself is only
     imported when a migration runs: every command checks the revision)."""
-    return HEAD_REVISION
+    return max(_migration_files())
 
 
 def current_revision(engine: Engine) -> str | None:

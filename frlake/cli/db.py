@@ -44,8 +44,8 @@ def downgrade(
 
     with user_errors():
         engine = db.make_engine(settings(ctx, lake, db_url).db_url)
-        losses = [db.DOWNGRADE_LOSES[r] for r in db.reverted_by_downgrade(engine, revision)
-                  if r in db.DOWNGRADE_LOSES] if db.holds_data(engine) else []
+        losses = [db.downgrade_loses(r) for r in db.reverted_by_downgrade(engine, revision)
+                  if db.downgrade_loses(r)] if db.holds_data(engine) else []
         if losses and not yes:
             console.print("this downgrade deletes:\n" + "\n".join(f"  - {loss}" for loss in losses), highlight=False)
             if not sys.stdin.isatty():

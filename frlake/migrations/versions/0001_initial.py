@@ -12,6 +12,8 @@ revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = 'the whole catalog: every job, attempt, dump and file record'
 
 TZ = sa.DateTime(timezone=True)
 

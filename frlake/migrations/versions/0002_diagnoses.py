@@ -12,6 +12,8 @@ revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = 'every stored diagnosis (incidents and culprits)'
 
 
 def upgrade() -> None:

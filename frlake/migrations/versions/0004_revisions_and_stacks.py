@@ -22,6 +22,9 @@ revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = ('which attempts await a diagnosis (attempts.revision, incidents.attempt_revision) and the index '
+         "of the lake's stacks (rebuilt from the lake's files by the next ingest)")
 
 
 def upgrade() -> None:

@@ -31,6 +31,9 @@ revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = ("the catalog's second identities of bytes found in several attempts (their Parquet rows stay), "
+         'how each rejection was judged, and the list of retired files (they stay on disk)')
 
 TZ = sa.DateTime(timezone=True)
 

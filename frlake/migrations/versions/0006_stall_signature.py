@@ -16,6 +16,8 @@ revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = "the culprits' stall signatures (frlake rediagnose computes them again)"
 
 
 def upgrade() -> None:

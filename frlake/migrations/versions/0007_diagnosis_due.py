@@ -18,6 +18,8 @@ revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = 'nothing (which attempts await a diagnosis is found again from their incidents)'
 
 
 def upgrade() -> None:

@@ -14,6 +14,9 @@ revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = ("the records of the summary tables' files (collective_durations, watchdog_lags: the slow-links "
+         "report's input; the files stay on disk, unread by the older frlake)")
 
 SUMMARY_TABLES = ("collective_durations", "watchdog_lags")  # frlake.schema.SUMMARY_TABLES when written
 

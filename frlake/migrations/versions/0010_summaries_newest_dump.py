@@ -14,6 +14,8 @@ revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = 'nothing (the attempts it marked due stay due until diagnosed)'
 
 
 def upgrade() -> None:

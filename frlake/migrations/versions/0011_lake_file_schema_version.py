@@ -18,6 +18,9 @@ revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = ("which files hold the entries' signatures; the older frlake cannot read an attempt whose entries "
+         'files mix old and new ones (compact the lake with this frlake first)')
 
 
 def upgrade() -> None:

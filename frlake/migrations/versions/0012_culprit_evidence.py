@@ -17,6 +17,9 @@ revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = ("how strong each culprit's evidence is and which hosts were inferred (frlake rediagnose finds "
+         'them again; the drain report counts inferred hosts in full without them)')
 
 
 def upgrade() -> None:

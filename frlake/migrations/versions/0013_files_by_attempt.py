@@ -14,6 +14,8 @@ revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
+# What reverting this migration throws away (``frlake db downgrade`` asks first).
+LOSES = 'nothing (an index)'
 
 
 def upgrade() -> None:
