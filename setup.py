@@ -35,9 +35,19 @@ try:
 except ImportError:  # without Cython (a build without isolation): no extension
     extensions = []
 else:
+    import hashlib
+
     from setuptools import Extension
 
-    extensions = cythonize([Extension(f"frlake.ingest.{name}", [f"frlake/ingest/{name}.pyx"])
-                            for name in ("_speedups", "_fastpickle")])
+    # each module carries the sha256 of the source it was built from: frlake refuses a module whose .pyx
+    # changed since (frlake/ingest/native.py)
+    extensions = [
+        ext
+        for name in ("_speedups", "_fastpickle")
+        for ext in cythonize(
+            [Extension(f"frlake.ingest.{name}", [f"frlake/ingest/{name}.pyx"])],
+            compile_time_env={"FRLAKE_SOURCE_SHA256": hashlib.sha256(
+                open(f"frlake/ingest/{name}.pyx", "rb").read()).hexdigest()})
+    ]
 
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

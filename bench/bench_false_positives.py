@@ -26,12 +26,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-
-from frlake.config import Settings  # noqa: E402
-from frlake.diagnose import straggler  # noqa: E402
-from frlake.ingest import IngestOptions  # noqa: E402
-from frlake.session import Frlake  # noqa: E402
-
 GENERATOR = ROOT / "tests" / "fixtures" / "genuine" / "make_genuine.py"
 
 
@@ -58,8 +52,11 @@ def run_jobs(work: Path, healthy: int, stragglers: int) -> list[dict]:
     return jobs
 
 
-def judge(settings: Settings, jobs: list[dict], min_share: float) -> dict:
+def judge(settings, jobs: list[dict], min_share: float) -> dict:
     """Every job's verdict by the straggler rule with ``min_share``."""
+    from frlake.diagnose import straggler
+    from frlake.session import Frlake
+
     saved = straggler.MIN_SHARE
     straggler.MIN_SHARE = min_share
     try:
@@ -83,6 +80,13 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=HERE / "results" / "false_positives.json")
     a = ap.parse_args()
+    # frlake is imported here, not at the top: the jobs' ranks are spawned processes, which import this
+    # module again
+    from frlake.config import Settings
+    from frlake.diagnose import straggler
+    from frlake.ingest import IngestOptions
+    from frlake.session import Frlake
+
     work = a.workdir or Path(tempfile.mkdtemp(prefix="frlake-fp-"))
     dumps, lake = work / "dumps", work / "lake"
     dumps.mkdir(parents=True, exist_ok=True)

@@ -90,5 +90,9 @@ class WorkersCannotStart(FrlakeError):
     """Ingest worker processes die as they start: the environment, not a file, is at fault."""
 
 
+class StaleBuild(FrlakeError):
+    """The compiled reader was built from other sources than the ones installed: it must be rebuilt."""
+
+
 class QueryError(FrlakeError):
     """A user query was refused or failed."""

@@ -14,13 +14,18 @@ run at exit is ``atexit``'s, which still runs.)
 from __future__ import annotations
 
 import gc
+import sys
 
 
 def main() -> None:
     gc.disable()  # until frlake.cli._common._loaded
     from frlake.cli.main import app
+    from frlake.errors import FrlakeError
 
     try:
         app()
+    except FrlakeError as exc:  # raised while a command loads its modules (a stale build of the reader)
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(1)
     finally:
         gc.freeze()

@@ -32,6 +32,9 @@ from libc.string cimport memcmp, memcpy, memset
 
 from frlake.errors import NotNative
 
+# the sha256 of this file as it was built (setup.py): frlake refuses a build of other sources (native.py)
+SOURCE_SHA256 = FRLAKE_SOURCE_SHA256
+
 
 # The tags of a value. ABSENT: a field an entry does not hold (never on the stack).
 cdef enum:

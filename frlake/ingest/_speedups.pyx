@@ -25,6 +25,9 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+# the sha256 of this file as it was built (setup.py): frlake refuses a build of other sources (native.py)
+SOURCE_SHA256 = FRLAKE_SOURCE_SHA256
+
 cdef object NONE_TYPE = type(None)
 
 

@@ -18,16 +18,9 @@ from frlake import schema
 from frlake.errors import DumpRejected, NotNative
 from frlake.ingest.checks import NONE, Budget, bounded_json, int64, ints_in_range, storable_text, wrong_type
 from frlake.ingest.limits import Limits
+from frlake.ingest.native import fastpickle as _fastpickle  # None without a C compiler: Python passes
+from frlake.ingest.native import speedups as _speedups
 from frlake.signatures import signatures_of
-
-try:  # the passes over every value, compiled (frlake/ingest/_speedups.pyx); without a C compiler, in Python
-    from frlake.ingest import _speedups
-except ImportError:  # pragma: no cover - a build without a compiler
-    _speedups = None
-try:  # entries read from a pickle's bytes into columns (frlake/ingest/_fastpickle.pyx)
-    from frlake.ingest import _fastpickle
-except ImportError:  # pragma: no cover - a build without a compiler
-    _fastpickle = None
 
 # What a dump's ``entries`` may be once decoded: a list, or entries that the fast reader left as columns.
 ENTRY_LISTS = (list,) if _fastpickle is None else (list, _fastpickle.NativeEntries)

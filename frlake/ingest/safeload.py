@@ -19,11 +19,7 @@ import json
 import pickle
 
 from frlake.errors import DumpRejected
-
-try:  # the reader of pickles into columns (frlake/ingest/_fastpickle.pyx); without a C compiler, none
-    from frlake.ingest import _fastpickle
-except ImportError:  # pragma: no cover - a build without a compiler
-    _fastpickle = None
+from frlake.ingest.native import fastpickle as _fastpickle  # None without a C compiler
 
 PICKLE = "pickle"
 JSON = "json"
