@@ -141,7 +141,7 @@ class Diagnosis:
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        # the fields are JSON values already: a shallow copy (asdict's deep copy took seconds at 16,384 ranks)
+        # the fields are JSON values already: a shallow copy (asdict deep-copies every list: slow at 16,384 ranks)
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["verdict"] = self.verdict.value
         d["culprits"] = [c.to_dict() for c in self.culprits]

@@ -47,7 +47,7 @@ LOCK_FILE = ".lock"
 # was both smaller and faster than level 1 on real entry tables.
 DICTIONARY_COLUMNS = ["host", "pg_name", "pg_desc", "profiling_name", "backend", "op", "state", "thread_id",
                       "thread_name", "input_dtypes", "output_dtypes", "fr_version", "encoding", "comm_lib_version"]
-# Min/max statistics where readers filter (they cost a sixth of the write time on every column).
+# Min/max statistics where readers filter (they add to the write time of every column they cover).
 STATISTICS_COLUMNS = ["dump_id", "rank", "host", "pg_name", "collective_seq_id", "p2p_seq_id", "record_id", "op",
                       "time_created_ns", "stack_id", "sha256", "pg_id"]
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3)
@@ -56,7 +56,7 @@ ROW_GROUP_ROWS = 256 * 1024
 # world-group row 16,384 ranks, 1 GB in memory as one row group (compaction held it all).
 ROW_GROUP_BYTES = 64 << 20
 # pg_config rank lists are runs of consecutive or evenly spaced ranks: delta-packed, the world group's
-# 16,384 ranks take about 100 bytes instead of 8 KB (zstd), and are written and read 4x faster.
+# 16,384 ranks take about 100 bytes instead of 8 KB (zstd), and are written and read faster.
 # DELTA_BINARY_PACKED is a standard Parquet encoding: DuckDB, Spark, Trino and pyarrow read it.
 COLUMN_ENCODING = {"ranks.list.element": "DELTA_BINARY_PACKED"}
 

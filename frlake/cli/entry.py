@@ -3,7 +3,7 @@
 The modules a command loads (typer, SQLAlchemy, DuckDB, pyarrow and frlake's
 own) make a few hundred thousand objects, and none of them is garbage, yet
 every full cyclic collection walks them all: the collections while they load,
-and Python's last one at exit, were 0.13 s of a 0.85 s ``frlake diagnose``.
+and Python's last one at exit, were much of a short ``frlake diagnose``.
 So the collector is off until the command has loaded its session's modules
 (frlake.cli._common, where every command starts its work), which are then
 frozen out of its reach (``gc.freeze``) and it is turned on; once the command

@@ -97,7 +97,7 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
         SELECT CASE WHEN k.here THEN 'here' ELSE 'sib' END, k.for_pg, k.seq, CASE WHEN k.here THEN e.rank END,
                e.type_sig, e.size_sig, e.dtype_sig
         FROM k JOIN {calls} e ON e.pg_name = k.pg_name AND e.seq = k.seq
-        WHERE e.seq IN (SELECT seq FROM _cand)  -- read first, before the join (0.95 -> 0.74 s at 16,384 ranks)
+        WHERE e.seq IN (SELECT seq FROM _cand)  -- read first, so the join sees the candidates' calls only
         """
     ).fetchall()
     by_instance: dict[tuple[str, int], dict[str, list]] = {}
@@ -105,7 +105,7 @@ def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]
         by_instance.setdefault((pg, seq), {"here": [], "sib": [], "own": []})[kind].append((rank, sigs))
     # The members' own history (each one's previous call of the same op from the same stack) only votes where
     # the members and siblings leave it open: read it for those instances alone (a join of every member's
-    # history, 2-4 s at 16,384 ranks).
+    # history, costly at 16,384 ranks).
     open_ = sorted(key for key, votes in by_instance.items() if _asks_history(votes))
     if open_:
         temp_table(con, "_cand", _INSTANCE, open_)

@@ -118,7 +118,7 @@ def entry_filter():
 
 def entries_view(job: str, attempt: int) -> tuple[dict, list[dict]]:
     """The side-by-side view for the request's filter and where each rank stands (shared: not to be changed).
-    Where the ranks stand reads the whole attempt (8 s at 16,384 ranks): once per catalog version."""
+    Where the ranks stand reads the whole attempt (most of the cost on a large one): once per catalog version."""
     flt = entry_filter()
     view = memoized("entries", (job, attempt, flt), lambda: session().entries(job, attempt, flt))
     return view, memoized("stack_diff", (job, attempt), lambda: session().stack_diff(job, attempt))
