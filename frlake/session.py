@@ -38,6 +38,7 @@ log = logging.getLogger("frlake")
 # DuckDB's memory for one diagnosis; beyond it, its temporary tables spill to disk. With Python and the
 # catalog this keeps a 16,384-rank diagnosis under 1 GB (bench/bench_scale.py).
 ANALYSIS_MEMORY = "700MB"
+MEMO_ENTRIES = 128  # values a long-lived session keeps per catalog version (memoized)
 
 
 class NoLake(FrlakeError):
@@ -55,6 +56,8 @@ class Frlake:
         self.lake = Lake(settings.lake)
         self._catalog: Catalog | None = None
         self._connections: list[duckdb.DuckDBPyConnection] = []
+        self._per_thread = None  # the readers' connections, one per thread (views)
+        self._memo = None  # values computed once per catalog version (memoized)
         self.closed = False
 
     @classmethod
@@ -78,6 +81,8 @@ class Frlake:
         for con in self._connections:
             con.close()
         self._connections.clear()
+        if self._per_thread is not None:
+            self._per_thread.close()
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
@@ -122,6 +127,60 @@ class Frlake:
             con.close()
             if spill is not None:
                 shutil.rmtree(spill, ignore_errors=True)
+
+    # -- what a long-lived reader (the server) keeps per thread and per catalog version ----------------------
+    def catalog_version(self) -> tuple:
+        """Changes whenever the lake's committed files or the stored diagnoses do (:meth:`Catalog.version`)."""
+        return self.catalog.version()
+
+    def views(self, version: tuple | None = None) -> duckdb.DuckDBPyConnection:
+        """This thread's trusted connection with the lake's views, the same one while the catalog's version
+        is ``version`` (read now when not given); closed with the session."""
+        if self._per_thread is None:
+            from frlake.query.connect import connect
+            from frlake.query.per_thread import ThreadConnections
+
+            self._per_thread = ThreadConnections(lambda: connect(self.catalog, self.lake))
+        return self._per_thread.get(self.catalog_version() if version is None else version)
+
+    def memoized(self, name: str, args: tuple, compute, version: tuple | None = None):
+        """``compute()``, or what it gave for the same ``name`` and ``args`` at this catalog version (the
+        newest 128 kept)."""
+        if self._memo is None:
+            from frlake.query.per_thread import VersionedMemo
+
+            self._memo = VersionedMemo(MEMO_ENTRIES)
+        return self._memo.get(self.catalog_version() if version is None else version, (name, args), compute)
+
+    def list_attempts(self, **filters) -> tuple[int, list[dict]]:
+        """The attempts that match ``filters`` (Catalog.list_attempts): how many, and one page of them."""
+        return self.catalog.list_attempts(**filters)
+
+    def attempt_facets(self, **filters) -> dict:
+        """The counts by job, host and verdict of the attempts that match ``filters``."""
+        return self.catalog.attempt_facets(**filters)
+
+    def attempt_keys(self, job: str | None = None) -> list[tuple[str, int]]:
+        return self.catalog.attempt_keys(job)
+
+    def files(self, status: str | None = None, limit: int | None = None) -> list:
+        """The files seen, by path (ingested, duplicate, or rejected and why): Catalog.files."""
+        return self.catalog.files(status=status, limit=limit)
+
+    def has_attempt(self, job: str, attempt: int) -> bool:
+        return self.catalog.has_attempt(job, attempt)
+
+    def job_history(self, job: str, con: duckdb.DuckDBPyConnection | None = None) -> dict:
+        """A job's attempts over time and who came back (frlake.query.history)."""
+        from frlake.query.history import job_history
+
+        return job_history(con or self.views(), self.catalog, job)
+
+    def host_history(self, host: str, con: duckdb.DuckDBPyConnection | None = None) -> dict | None:
+        """A host's attempts, the diagnoses that name it and its weeks; None for a host never seen."""
+        from frlake.query.history import host_history
+
+        return host_history(con or self.views(), self.catalog, host)
 
     def sandbox(self, limits=None):
         """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it)."""
@@ -412,18 +471,22 @@ class Frlake:
         return stream()
 
     # -- reports ----------------------------------------------------------------
-    def report(self, name: str, window=None, limit: int | None = None, **params) -> list[dict]:
+    def report(self, name: str, window=None, limit: int | None = None, *,
+               con: duckdb.DuckDBPyConnection | None = None, **params) -> list[dict]:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row
         with its evidence; ``params`` go to reports that take them (drain's
-        ``policy``)."""
+        ``policy``). ``con``: a connection with the lake's views to run it on
+        (the server's, :meth:`views`), else one of its own."""
         from frlake.query.reports import REPORTS
         from frlake.query.window import Window
 
         if name not in REPORTS:
             raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
         spec = REPORTS[name]
-        with self._connection(catalog_views=spec.views) as con:
+        if con is not None:
             return spec.run(con, window or Window(), limit, **params)
+        with self._connection(catalog_views=spec.views) as own:
+            return spec.run(own, window or Window(), limit, **params)
 
 
 def _lake_exists(settings: Settings) -> bool:

@@ -72,3 +72,11 @@ def test_no_module_imports_itself_back():
         if module not in seen and module not in facade:
             visit(module, [module])
     assert cycles == []
+
+
+def test_the_server_reads_through_the_session_only():
+    """No view or API of the web service reaches the catalog or opens DuckDB itself: frlake.Frlake is its
+    one door (per-thread connections and the caches are the session's)."""
+    wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
+                   if _under(m, "frlake.server") and (_under(i, "frlake.catalog") or i == "frlake.query.connect"))
+    assert wrong == []

@@ -60,7 +60,7 @@ def compact_command(
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         partitions = None
         if job is not None:
-            partitions = [k for k in session.catalog.attempt_keys(job) if attempt is None or k[1] == attempt]
+            partitions = [k for k in session.attempt_keys(job) if attempt is None or k[1] == attempt]
         summary = session.compact(partitions, options)
     if fmt is Format.json:
         emit_json(summary.to_dict())

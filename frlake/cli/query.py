@@ -64,7 +64,7 @@ def files_command(
 ) -> None:
     """List the files seen: ingested, already present (duplicate) or rejected and why."""
     with open_session(ctx, lake, db_url, must_exist=True) as session:
-        records = session.catalog.files(status="rejected" if rejected else None, limit=limit)
+        records = session.files(status="rejected" if rejected else None, limit=limit)
     # The columns a person reads first come first: a narrow terminal keeps them.
     columns = ["path", "status", "reason", "job", "attempt", "rank", "host", "detail", "size", "sha256"]
     rows = [[getattr(r, c) for c in columns] for r in records]

@@ -76,7 +76,7 @@ def create_app(config: ServerConfig) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_upload_bytes
     # The process's one session; the catalog is created (or checked) once, at start-up.
     session = app.extensions["frlake"] = Frlake(config.settings)
-    session.catalog  # noqa: B018 - open it now: a stale catalog stops the server before it listens
+    session.catalog_version()  # opens the catalog now: a stale one stops the server before it listens
     uploads = session.lake.root / UPLOADS_DIR
     uploads.mkdir(parents=True, exist_ok=True)
     remove_stale_uploads(session.lake.root)

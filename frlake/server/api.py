@@ -10,9 +10,9 @@ from flask import Blueprint, Response, current_app, jsonify, request, stream_wit
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import UnknownGroup
-from frlake.query.history import attempt_dict, host_history, job_history
+from frlake.query.history import attempt_dict
 from frlake.query.reports import REPORTS
-from frlake.server.context import attempt_facets, catalog, config, lake, sandbox, session, upload_budget
+from frlake.server.context import attempt_facets, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
 from frlake.server.params import (
     arrivals_view,
@@ -67,7 +67,7 @@ def watch():
 def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
-    total, rows = catalog().list_attempts(**args)
+    total, rows = session().list_attempts(**args)
     grouped: dict[str, list] = {}
     for a in rows:
         grouped.setdefault(a.job, []).append(attempt_dict(a))
@@ -81,7 +81,7 @@ def jobs():
 @bp.get("/jobs/<path:job>")
 def job(job: str):
     known_job(job)
-    return jsonify(job_history(lake(), catalog(), job))
+    return jsonify(session().job_history(job, lake()))
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -142,13 +142,13 @@ def attempt_trace(job: str, attempt: int):
 def report(name: str):
     if name not in REPORTS:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
-    rows = REPORTS[name].run(lake(), window(), int_arg("limit", 0, 0) or None)
+    rows = session().report(name, window(), int_arg("limit", 0, 0) or None, con=lake())
     return jsonify({"report": name, "columns": rows.columns, "rows": rows})
 
 
 @bp.get("/hosts")
 def hosts():
-    return jsonify({"hosts": REPORTS["flaky-hosts"].run(lake(), window(), None)})
+    return jsonify({"hosts": session().report("flaky-hosts", window(), con=lake())})
 
 
 @bp.get("/hosts/<host>")
@@ -158,7 +158,7 @@ def host(host: str):
 
 def known_host(host: str) -> dict:
     """The host's history; a 404 that names hosts there are if the lake never saw it."""
-    h = host_history(lake(), catalog(), host)
+    h = session().host_history(host, lake())
     if h is None:
         hosts = [r[0] for r in lake().execute("SELECT host FROM hosts WHERE host IS NOT NULL ORDER BY host").fetchall()]
         from flask import url_for

@@ -5,11 +5,9 @@ reads through (flaskr's ``get_db`` pattern)."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 from flask import current_app, g
 
-from frlake.catalog.store import Catalog
 from frlake.server.config import ServerConfig
 from frlake.session import Frlake
 
@@ -22,63 +20,30 @@ def session() -> Frlake:
     return current_app.extensions["frlake"]
 
 
-def catalog() -> Catalog:
-    return session().catalog
-
-
 def upload_budget():
     return current_app.extensions["frlake_upload_budget"]
 
 
-# Building the views costs a catalog read per table; a request should cost a
-# query. So each server thread keeps its connection and rebuilds it only when
-# the catalog changed (new lake files or diagnoses); a request takes it on g.
-_local = threading.local()
-
-
 def catalog_version() -> tuple:
-    """The catalog's version (:meth:`Catalog.version`), read once per request."""
+    """The catalog's version (:meth:`Frlake.catalog_version`), read once per request."""
     if "catalog_version" not in g:
-        g.catalog_version = catalog().version()
+        g.catalog_version = session().catalog_version()
     return g.catalog_version
 
 
-# What a page shows of one attempt (its diagnosis, progress, arrivals) changes only when the catalog does:
-# each is computed once per catalog version and kept in a small LRU for every thread (an incident's page
-# is opened by many people at once). The values are shared: callers never change them.
-MEMO_ENTRIES = 128
-_memo: OrderedDict = OrderedDict()
-_memo_lock = threading.Lock()
-
-
 def memoized(name: str, args: tuple, compute):
-    """``compute()``, or what it gave for the same ``name`` and ``args`` at this catalog version."""
-    key = (catalog_version(), name, args)
-    with _memo_lock:
-        if key in _memo:
-            _memo.move_to_end(key)
-            return _memo[key]
-    value = compute()
-    with _memo_lock:
-        _memo[key] = value
-        while len(_memo) > MEMO_ENTRIES:
-            _memo.popitem(last=False)
-    return value
+    """``compute()``, or what it gave for the same ``name`` and ``args`` at this catalog version: what a page
+    shows of one attempt (its diagnosis, progress, arrivals) changes only when the catalog does, and an
+    incident's page is opened by many people at once (the session's cache, shared by the app's threads)."""
+    return session().memoized(name, args, compute, catalog_version())
 
 
 def lake():
-    """A trusted DuckDB connection with the lake's views, for frlake's own queries."""
+    """This thread's trusted DuckDB connection with the lake's views, for frlake's own queries: the
+    session keeps it per thread until the catalog changes (building the views costs a catalog read per
+    table; a request should cost a query)."""
     if "lake" not in g:
-        version = catalog_version()
-        cached = getattr(_local, "lake", None)
-        if cached is None or cached[0] != version:
-            if cached is not None:
-                cached[1].close()
-            from frlake.query.connect import connect
-
-            cached = (version, connect(catalog(), session().lake))
-            _local.lake = cached
-        g.lake = cached[1]
+        g.lake = session().views(catalog_version())
     return g.lake
 
 
@@ -100,27 +65,16 @@ def sandbox():
     return g.sandbox
 
 
+_local = threading.local()  # each server thread's sandbox (sandbox())
+
+
 def teardown(_exc: BaseException | None) -> None:
     """The connections stay with their thread; the request lets go of them."""
     g.pop("lake", None)
     g.pop("sandbox", None)
 
 
-# Facet counts cost three catalog queries over every matching attempt; the
-# same filters on an unchanged catalog give the same counts, so the app keeps
-# them (a few hundred filter sets) until the catalog changes.
-_facets_lock = threading.Lock()
-
-
 def attempt_facets(**filters) -> dict:
-    cache = current_app.extensions.setdefault("frlake_facets", {})
-    key = (catalog_version(), tuple(sorted(filters.items())))
-    with _facets_lock:
-        if key in cache:
-            return cache[key]
-    counts = catalog().attempt_facets(**filters)
-    with _facets_lock:
-        if len(cache) >= 256:
-            cache.clear()
-        cache[key] = counts
-    return counts
+    """The facet counts: three catalog queries over every matching attempt, so the same filters on an
+    unchanged catalog give the counts computed before."""
+    return memoized("facets", tuple(sorted(filters.items())), lambda: session().attempt_facets(**filters))

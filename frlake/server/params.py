@@ -10,7 +10,7 @@ from flask import request, url_for
 
 from frlake.entities import REASONS, VERDICTS, Diagnosis
 from frlake.query.window import Window, parse_when
-from frlake.server.context import catalog, config, lake, memoized, session
+from frlake.server.context import config, lake, memoized, session
 from frlake.server.errors import ApiError
 
 
@@ -75,9 +75,9 @@ def similar(word: str, known: list[str], n: int = 8) -> list[str]:
 
 def known_job(job: str) -> list[int]:
     """The job's attempt numbers; a 404 that names jobs there are if it has none."""
-    numbers = [a for _, a in catalog().attempt_keys(job)]
+    numbers = [a for _, a in session().attempt_keys(job)]
     if not numbers:
-        jobs = sorted({j for j, _ in catalog().attempt_keys()})
+        jobs = sorted({j for j, _ in session().attempt_keys()})
         raise ApiError(404, "not_found", f"no job {job!r} in the lake"
                        + (f"; there are {len(jobs)} job(s)" if jobs else "; the lake is empty"),
                        see=[(j, url_for("ui.job", job=j)) for j in similar(job, jobs)])
@@ -85,7 +85,7 @@ def known_job(job: str) -> list[int]:
 
 
 def known_attempt(job: str, attempt: int) -> None:
-    if not memoized("has_attempt", (job, attempt), lambda: catalog().has_attempt(job, attempt)):
+    if not memoized("has_attempt", (job, attempt), lambda: session().has_attempt(job, attempt)):
         numbers = known_job(job)
         raise ApiError(404, "not_found", f"no attempt {attempt} of job {job!r} in the lake; it has attempt(s) "
                        + ", ".join(map(str, numbers)),

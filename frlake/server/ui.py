@@ -8,7 +8,7 @@ from flask import Blueprint, current_app, request
 from frlake.entities import REASONS, VERDICTS
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
-from frlake.server.context import attempt_facets, catalog, config, lake, session
+from frlake.server.context import attempt_facets, config, lake, session
 from frlake.server.errors import ApiError
 from frlake.server.params import (
     arrivals_view,
@@ -41,7 +41,7 @@ def _root(a) -> str | None:
 def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
-    total, rows = catalog().list_attempts(**args)
+    total, rows = session().list_attempts(**args)
     facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_ns"],
                    [[a.job, a.attempt, a.verdict, _root(a), list(a.hosts), a.n_dumps, a.started_ns] for a in rows])
@@ -101,10 +101,9 @@ def _view_args() -> dict:
 
 @bp.get("/jobs/<path:job>")
 def job(job: str):
-    from frlake.query.history import job_history
 
     known_job(job)
-    h = job_history(lake(), catalog(), job)
+    h = session().job_history(job, lake())
     tables = [
         Export("attempts", ["attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at", "ended_at",
                             "n_dumps", "summary"],
@@ -147,7 +146,7 @@ def report(name: str):
     if spec is None:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}",
                        see=[(r.title, f"/reports/{r.name}") for r in REPORTS.values()])
-    all_rows = spec.run(lake(), window(), None)
+    all_rows = session().report(name, window(), con=lake())
     rows = _with_host(all_rows, host_arg())
     columns = list(all_rows.columns)
     facets = {}
