@@ -58,6 +58,7 @@ class Frlake:
         self._connections: list[duckdb.DuckDBPyConnection] = []
         self._per_thread = None  # the readers' connections, one per thread (views)
         self._memo = None  # values computed once per catalog version (memoized)
+        self._migrations = None
         self.closed = False
 
     @classmethod
@@ -77,7 +78,20 @@ class Frlake:
             self._catalog = Catalog(self.settings.db_url)
         return self._catalog
 
+    @property
+    def migrations(self):
+        """The catalog's schema migrations (:class:`frlake.catalog.db.Migrations`), which work whatever the
+        catalog's revision; closed with the session."""
+        if self._migrations is None:
+            from frlake.catalog.db import Migrations
+
+            self._migrations = Migrations(self.settings.db_url)
+        return self._migrations
+
     def close(self) -> None:
+        if self._migrations is not None:
+            self._migrations.close()
+            self._migrations = None
         for con in self._connections:
             con.close()
         self._connections.clear()

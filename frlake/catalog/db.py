@@ -219,3 +219,35 @@ def session_scope(factory: sessionmaker, write: bool = False) -> Iterator[Sessio
         raise
     finally:
         session.close()
+
+
+class Migrations:
+    """The catalog's schema migrations on one engine (``Frlake.migrations``; ``frlake db``): they work on a
+    catalog of any revision, where opening a Catalog refuses a stale one."""
+
+    def __init__(self, url: str):
+        self.engine = make_engine(url)
+
+    def current(self) -> str | None:
+        return current_revision(self.engine)
+
+    def head(self) -> str:
+        return head_revision()
+
+    def upgrade(self, revision: str = "head") -> str | None:
+        upgrade(self.engine, revision)
+        return self.current()
+
+    def downgrade(self, revision: str) -> str | None:
+        downgrade(self.engine, revision)
+        return self.current()
+
+    def losses(self, revision: str) -> list[str]:
+        """What a downgrade to ``revision`` throws away, newest migration first (nothing for an empty
+        catalog)."""
+        if not holds_data(self.engine):
+            return []
+        return [loss for r in reverted_by_downgrade(self.engine, revision) if (loss := downgrade_loses(r))]
+
+    def close(self) -> None:
+        self.engine.dispose()

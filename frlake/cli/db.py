@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, LakeOpt, console, settings, user_errors
+from frlake.cli._common import DbUrlOpt, LakeOpt, console, open_session
 
 app = typer.Typer(help="The catalog's database schema: its Alembic migrations.", no_args_is_help=True)
 
@@ -19,12 +19,8 @@ def upgrade(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Apply the migrations up to REVISION (default: the latest)."""
-    from frlake.catalog import db
-
-    with user_errors():
-        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
-        db.upgrade(engine, revision)
-        console.print(f"catalog at revision {db.current_revision(engine)}")
+    with open_session(ctx, lake, db_url) as session:
+        console.print(f"catalog at revision {session.migrations.upgrade(revision)}")
 
 
 @app.command("downgrade", short_help="Revert the migrations down to REVISION (asks before losing data).")
@@ -40,12 +36,8 @@ def downgrade(
     it refuses instead of asking)."""
     import sys
 
-    from frlake.catalog import db
-
-    with user_errors():
-        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
-        losses = [db.downgrade_loses(r) for r in db.reverted_by_downgrade(engine, revision)
-                  if db.downgrade_loses(r)] if db.holds_data(engine) else []
+    with open_session(ctx, lake, db_url) as session:
+        losses = session.migrations.losses(revision)
         if losses and not yes:
             console.print("this downgrade deletes:\n" + "\n".join(f"  - {loss}" for loss in losses), highlight=False)
             if not sys.stdin.isatty():
@@ -53,15 +45,11 @@ def downgrade(
                 raise typer.Exit(1)
             if not typer.confirm("downgrade anyway?", default=False):
                 raise typer.Exit(1)
-        db.downgrade(engine, revision)
-        console.print(f"catalog at revision {db.current_revision(engine) or 'base'}")
+        console.print(f"catalog at revision {session.migrations.downgrade(revision) or 'base'}")
 
 
 @app.command("current")
 def current(ctx: typer.Context, lake: LakeOpt = None, db_url: DbUrlOpt = None) -> None:
     """Show the catalog's revision and the one this frlake needs."""
-    from frlake.catalog import db
-
-    with user_errors():
-        engine = db.make_engine(settings(ctx, lake, db_url).db_url)
-        console.print(f"current {db.current_revision(engine) or 'none'}, head {db.head_revision()}")
+    with open_session(ctx, lake, db_url) as session:
+        console.print(f"current {session.migrations.current() or 'none'}, head {session.migrations.head()}")
