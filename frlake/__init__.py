@@ -11,7 +11,7 @@ Everything goes through one session object::
 
 from frlake.version import __version__
 
-__all__ = ["Frlake", "Settings", "connect", "__version__"]
+__all__ = ["Frlake", "Settings", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,20 +24,3 @@ def __getattr__(name: str):
 
         return Settings
     raise AttributeError(f"module 'frlake' has no attribute {name!r}")
-
-
-def connect(lake=None, db_url=None, *, read_only: bool = False):
-    """A DuckDB connection with the lake's views, for a quick look from Python
-    (the connection outlives the catalog it was built from). ``read_only``:
-    locked down as for untrusted SQL. Prefer ``Frlake.connect`` in programs."""
-    from frlake.session import Frlake
-
-    session = Frlake.open(lake, db_url, must_exist=True)
-    try:
-        if read_only:
-            return session.sandbox().con
-        from frlake.query.connect import connect as _connect
-
-        return _connect(session.catalog, session.lake)
-    finally:
-        session.close()

@@ -40,6 +40,23 @@ def lake(tmp_path) -> Settings:
     return Settings.resolve(tmp_path / "lake")
 
 
+@pytest.fixture
+def views():
+    """``views(lake, db_url=None)``: a DuckDB connection with a lake's views, from a session of that lake
+    (``Frlake.connect``) that the test's end closes with its connections."""
+    from frlake.session import Frlake
+
+    sessions = []
+
+    def connect(lake, db_url=None):
+        sessions.append(Frlake.open(lake, db_url, must_exist=True))
+        return sessions[-1].connect()
+
+    yield connect
+    for session in sessions:
+        session.close()
+
+
 def _pg_url() -> str | None:
     return os.environ.get("FRLAKE_TEST_PG_URL")
 

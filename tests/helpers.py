@@ -78,22 +78,19 @@ VOLATILE = {"run_id", "ingested_at"}
 def snapshot(settings) -> dict[str, list]:
     """Every row of every lake table (without the columns a run stamps), and
     the catalog's file records, sorted."""
-    import frlake
-    from frlake.catalog.store import Catalog
     from frlake.schema import TABLES
+    from frlake.session import Frlake
 
-    con = frlake.connect(settings.lake, settings.db_url)
     out = {}
-    for name, table_schema in TABLES.items():
-        cols = [f.name for f in table_schema if f.name not in VOLATILE]
-        if name != "stacks":
-            cols += ["job", "attempt"]
-        rows = con.execute(f"SELECT {', '.join(cols)} FROM {name}").fetchall()
-        out[name] = sorted(map(repr, rows))
-    con.close()
-    catalog = Catalog(settings.db_url)
-    out["catalog_files"] = sorted((f.path, f.status, f.sha256) for f in catalog.files())
-    catalog.close()
+    with Frlake(settings, must_exist=True) as session:
+        con = session.connect()
+        for name, table_schema in TABLES.items():
+            cols = [f.name for f in table_schema if f.name not in VOLATILE]
+            if name != "stacks":
+                cols += ["job", "attempt"]
+            rows = con.execute(f"SELECT {', '.join(cols)} FROM {name}").fetchall()
+            out[name] = sorted(map(repr, rows))
+        out["catalog_files"] = sorted((f.path, f.status, f.sha256) for f in session.files())
     return out
 
 

@@ -51,7 +51,7 @@ def test_stale_catalog_is_refused_with_the_fixing_command(any_db):
     engine.dispose()
 
 
-def test_ingest_and_query_on_each_backend(any_db, corpus):
+def test_ingest_and_query_on_each_backend(any_db, corpus, views):
     summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db, IngestOptions(workers=2))
     assert summary.ingested == 4 + 24 and summary.rejected == 0
     again = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db)
@@ -63,7 +63,7 @@ def test_ingest_and_query_on_each_backend(any_db, corpus):
     assert attempts[0].hosts == ("gpu-b03", "gpu-c04")
     assert len(catalog.files()) == 28
     catalog.close()
-    con = frlake.connect(any_db.lake, any_db.db_url)
+    con = views(any_db.lake, any_db.db_url)
     assert con.execute("SELECT count(*) FROM attempts").fetchone()[0] == 4
     assert con.execute("SELECT sum(n_dumps) FROM attempts").fetchone()[0] == 28
     assert con.execute("SELECT count(*) FROM files WHERE status = 'ingested'").fetchone()[0] == 28
@@ -161,7 +161,7 @@ def test_every_catalog_view_column_has_the_type_of_its_model_column(corpus_lake)
     catalog.close()
 
 
-def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpus, tmp_path):
+def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpus, tmp_path, views):
     """Downgrading 0005 keeps the first identity of shared bytes (the older
     schema holds one dump per sha256) and every other row; upgrading again
     works on that data, and a later ingest records the second identity again."""
@@ -194,7 +194,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     catalog.close()
     # the lake reads as before: the files are read at their final names (the Parquet rows of the second
     # identity stay; the catalog no longer counts them, which is what the downgrade warned about)
-    con = frlake.connect(any_db.lake, any_db.db_url)
+    con = views(any_db.lake, any_db.db_url)
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 8
 
 

@@ -7,7 +7,6 @@ import shutil
 
 from typer.testing import CliRunner
 
-import frlake
 from frlake.catalog import db
 from frlake.catalog.store import Catalog
 from frlake.cli.main import app
@@ -15,7 +14,7 @@ from frlake.cli.main import app
 runner = CliRunner()
 
 
-def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch):
+def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch, views):
     lake = tmp_path / "lake"
     monkeypatch.setenv("FRLAKE_LAKE", str(lake))
     tree = tmp_path / "nfs"
@@ -33,7 +32,7 @@ def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch):
     out = runner.invoke(app, ["query", "SELECT rank, count(*) AS n FROM entries GROUP BY rank ORDER BY rank", "-f", "json"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.stdout)
-    con = frlake.connect(lake)
+    con = views(lake)
     assert rows == [{"rank": r, "n": n} for r, n in con.execute("SELECT rank, count(*) FROM entries GROUP BY 1 ORDER BY 1").fetchall()]
 
     csv_out = runner.invoke(app, ["query", "SELECT 1 AS a, 'x' AS b", "--format", "csv"])

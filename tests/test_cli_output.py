@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 import frlake
 from frlake.cli.main import app
 from frlake.ingest import entries
+from frlake.session import Frlake
 from tests.helpers import FIXTURES, ROOT
 
 runner = CliRunner()
@@ -38,11 +39,11 @@ def lines_fit(text: str, width: int = 80) -> None:
 
 @pytest.fixture(scope="module")
 def counts(corpus_lake):
-    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
-    entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
-    columns = len(con.execute("SELECT * FROM entries LIMIT 0").description)
-    files = con.execute("SELECT count(*) FROM files").fetchone()[0]
-    con.close()
+    with Frlake(corpus_lake, must_exist=True) as session:
+        con = session.connect()
+        entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+        columns = len(con.execute("SELECT * FROM entries LIMIT 0").description)
+        files = con.execute("SELECT count(*) FROM files").fetchone()[0]
     return {"entries": entries, "entry_columns": columns, "files": files}
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot
@@ -24,7 +23,7 @@ ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 JOBS = ["job-f70c5d", "job-65a28c", "job-223715", "job-5f5228", "job-e211c0", "job-e79e4a"]
 
 
-def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, corpus, any_db):
+def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, corpus, any_db, views):
     from frlake.server import create_app
     from frlake.server.config import ServerConfig
 
@@ -68,7 +67,7 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
         assert p.returncode == 0, (out, err)
     assert errors == []
     assert_outside_readers_see_only_committed(settings)
-    con = frlake.connect(settings.lake, settings.db_url)
+    con = views(settings.lake, settings.db_url)
     n_files = sum(1 for p in nfs.rglob("*") if p.is_file())
     assert con.execute("SELECT count(*), count(DISTINCT (sha256, job, attempt)) FROM dumps").fetchone() == (n_files, n_files)
     assert con.execute("SELECT count(*) FROM files").fetchone()[0] == n_files

@@ -7,7 +7,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import frlake
 from frlake.cli.main import app
 from frlake.config import Settings
 from tests.helpers import TRUTH, diagnose, diagnose_many, ingest
@@ -59,13 +58,13 @@ def test_latest_attempt_is_the_default(corpus_lake):
     assert diagnose(corpus_lake, "job-f70c5d", store=False).attempt == 2
 
 
-def test_diagnoses_are_stored_kept_current_and_queryable(tmp_path, corpus):
+def test_diagnoses_are_stored_kept_current_and_queryable(tmp_path, corpus, views):
     settings = Settings.resolve(tmp_path / "lake")
     # the hung attempt arrives without its culprit's dump first
     first = ingest([corpus / "job-223715/attempt-0/gpu-c04"], settings)
     assert first.diagnosed and first.diagnosed[0]["verdict"] in {"healthy", "incomplete", "hang"}
     ingest([corpus / "job-223715"], settings)
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     row = con.execute("SELECT verdict FROM incidents WHERE job = 'job-223715' AND attempt = 0").fetchone()
     assert row == ("hang",)
     culprit = con.execute(

@@ -49,15 +49,14 @@ def test_every_column_is_documented(table):
 
 
 @pytest.mark.slow
-def test_example_queries_run(tmp_path, corpus):
+def test_example_queries_run(tmp_path, corpus, views):
     """Every example answers something on the corpus and the producer fixtures, beside a few bad files."""
-    import frlake
     from frlake.config import Settings
     from tests.helpers import FIXTURES, ingest
 
     settings = Settings.resolve(tmp_path / "lake")
     ingest([corpus, FIXTURES / "bad", FIXTURES / "producers"], settings)
-    con = frlake.connect(settings.lake, settings.db_url)
+    con = views(settings.lake, settings.db_url)
     blocks = re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)
     queries = [q.strip() for block in blocks for q in block.split(";") if q.strip()]
     assert len(queries) >= 9
@@ -125,14 +124,13 @@ def test_the_verdicts_are_documented_in_their_order():
     assert positions == sorted(positions), "in the order of precedence of frlake.entities.Verdict"
 
 
-def test_every_view_and_column_a_query_sees_has_its_meaning_in_schema_md(corpus_lake):
+def test_every_view_and_column_a_query_sees_has_its_meaning_in_schema_md(corpus_lake, views):
     """The SQL console's schema browser reads the meanings from docs/schema.md:
     a new view or column without one fails here."""
-    import frlake
     from frlake.query.schema_doc import meaning, schema_meanings
     from frlake.server.schema_browser import schema_browser, view_names
 
-    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    con = views(corpus_lake.lake, corpus_lake.db_url)
     browser = schema_browser(con)
     assert [v["view"] for v in browser] == view_names()
     for v in browser:

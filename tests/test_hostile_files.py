@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.cli.ingest import EXIT_ALL_REJECTED, EXIT_OK, EXIT_SOME_REJECTED
 from frlake.cli.main import app
@@ -25,6 +24,7 @@ from frlake.config import Settings
 from frlake.errors import DumpRejected
 from frlake.ingest import IngestOptions
 from frlake.ingest.sources import read_regular_file
+from frlake.session import Frlake
 from tests.helpers import ingest
 
 JOB = "job-223715"  # 4 ranks: gpu-b03 rank_0, rank_1; gpu-c04 rank_2, rank_3
@@ -38,7 +38,8 @@ def good_tree(root: Path, corpus: Path) -> Path:
 
 
 def ingested(settings: Settings) -> list[tuple]:
-    return sorted(frlake.connect(settings.lake).execute("SELECT job, attempt, host, rank FROM dumps").fetchall())
+    with Frlake(settings, must_exist=True) as session:
+        return sorted(session.connect().execute("SELECT job, attempt, host, rank FROM dumps").fetchall())
 
 
 def rejected(settings: Settings) -> dict[str, str]:
@@ -150,7 +151,7 @@ def test_a_symlink_to_dev_zero_is_refused_before_reading(tmp_path, corpus):
                                   swapped: "not_regular_file"}
 
 
-def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_followed(tmp_path, corpus):
+def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_followed(tmp_path, corpus, views):
     tree = good_tree(tmp_path / "nfs", corpus)
     attempt = tree / JOB / "attempt-0"
     outside = tmp_path / "elsewhere"
@@ -171,7 +172,7 @@ def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_follow
         "gpu-b03/up": "symlink_loop", "gpu-b03/self": "symlink_loop", "gpu-b03/rank_7": "dangling_link",
         "gpu-z99": "duplicate_folder"}
     assert summary.rejected == 4
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT source_path FROM dumps WHERE rank = 1").fetchone()[0] == str(attempt / "gpu-b03/rank_1")
 
 

@@ -9,7 +9,6 @@ import shutil
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
@@ -18,21 +17,21 @@ from tests.helpers import diagnose, ingest, load_trusted
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
 
 
-def test_entry_rows_equal_entries_in_files(corpus, corpus_lake):
+def test_entry_rows_equal_entries_in_files(corpus, corpus_lake, views):
     expected = {}
     for path in corpus.rglob("rank_*"):
         m = PATH_RE.search(path.as_posix())
         key = (m["job"], int(m["attempt"]), int(m["rank"]))
         expected[key] = len(load_trusted(path)["entries"])
-    con = frlake.connect(corpus_lake.lake)
+    con = views(corpus_lake.lake)
     got = {(j, a, r): n for j, a, r, n in con.execute("SELECT job, attempt, rank, count(*) FROM entries GROUP BY ALL").fetchall()}
     assert got == expected
     assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == sum(expected.values())
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == len(expected)
 
 
-def test_rank_and_host_of_every_dump_match_its_path(corpus_lake):
-    con = frlake.connect(corpus_lake.lake)
+def test_rank_and_host_of_every_dump_match_its_path(corpus_lake, views):
+    con = views(corpus_lake.lake)
     rows = con.execute("SELECT job, attempt, rank, host, source_path FROM dumps").fetchall()
     assert len(rows) == 167
     for job, attempt, rank, host, path in rows:
@@ -46,8 +45,8 @@ def test_rank_and_host_of_every_dump_match_its_path(corpus_lake):
     assert mismatched == 0
 
 
-def test_fields_survive_both_encodings(corpus, corpus_lake):
-    con = frlake.connect(corpus_lake.lake)
+def test_fields_survive_both_encodings(corpus, corpus_lake, views):
+    con = views(corpus_lake.lake)
     by_encoding = dict(con.execute("SELECT encoding, count(*) FROM dumps GROUP BY 1").fetchall())
     n_json = len(list(corpus.rglob("rank_*.json")))
     assert by_encoding == {"pickle": 167 - n_json, "json": n_json} and n_json > 0
@@ -73,7 +72,7 @@ def test_fields_survive_both_encodings(corpus, corpus_lake):
 
 
 @pytest.mark.slow
-def test_reingest_adds_nothing(tmp_path, corpus):
+def test_reingest_adds_nothing(tmp_path, corpus, views):
     settings = Settings.resolve(tmp_path / "lake")
     first = ingest([corpus], settings)
     assert first.ingested == 167
@@ -81,7 +80,7 @@ def test_reingest_adds_nothing(tmp_path, corpus):
     assert (again.ingested, again.unchanged, again.rejected) == (0, 167, 0)
     forced = ingest([corpus], settings, IngestOptions(force=True))
     assert (forced.ingested, forced.already_present) == (0, 167)
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 167
     assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == first.entries
 
@@ -108,7 +107,7 @@ def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus):
     catalog.close()
 
 
-def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus):
+def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus, views):
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715", tree / "job-223715")
     settings = Settings.resolve(tmp_path / "lake")
@@ -142,26 +141,26 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     files = {f.path: f for f in catalog.files()}
     assert files[str(target)].status == "ingested"
     catalog.close()
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute(f"SELECT count(*) FROM dumps WHERE source_path = '{target}'").fetchone()[0] == 2
 
 
-def test_explicit_options_win_over_the_layout(tmp_path, corpus):
+def test_explicit_options_win_over_the_layout(tmp_path, corpus, views):
     settings = Settings.resolve(tmp_path / "lake")
     src = corpus / "job-223715/attempt-0"
     summary = ingest([src], settings, IngestOptions(identity=IdentityOptions(job="renamed", attempt=5)))
     assert summary.ingested == 4
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT DISTINCT job, attempt FROM dumps").fetchall() == [("renamed", 5)]
     assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [
         (0, "gpu-b03"), (1, "gpu-b03"), (2, "gpu-c04"), (3, "gpu-c04")]
 
 
-def test_original_bytes_are_kept_and_come_back_exactly(corpus, corpus_lake):
+def test_original_bytes_are_kept_and_come_back_exactly(corpus, corpus_lake, views):
     from frlake.lake import Lake
 
     lake = Lake(corpus_lake.lake)
-    con = frlake.connect(corpus_lake.lake)
+    con = views(corpus_lake.lake)
     for path, sha in con.execute("SELECT source_path, sha256 FROM dumps").fetchall():
         data = lake.read_raw(sha)
         assert hashlib.sha256(data).hexdigest() == sha

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import LakeLocked
@@ -130,10 +129,10 @@ def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_pat
 
 
 @pytest.mark.parametrize("job", ["__HIVE_DEFAULT_PARTITION__", "team/a b", "100%", "null"])
-def test_job_names_round_trip_through_the_partition_folders(lake, corpus, job):
+def test_job_names_round_trip_through_the_partition_folders(lake, corpus, job, views):
     ingest([corpus / "job-223715" / "attempt-0"], lake,
            IngestOptions(identity=IdentityOptions(job=job, attempt=0, layout="{host}/rank_{rank}")))
-    con = frlake.connect(lake.lake, lake.db_url)
+    con = views(lake.lake, lake.db_url)
     assert con.execute("SELECT DISTINCT job FROM entries").fetchall() == [(job,)]
     assert con.execute("SELECT count(*) FROM dumps WHERE job = ?", [job]).fetchone()[0] == 4
     con.close()
@@ -152,7 +151,7 @@ def _diagnosis_json(settings: Settings, job: str, attempt: int) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
-def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_path, corpus):
+def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_path, corpus, views):
     tree = tmp_path / "tree"
     _copy_attempt(corpus, tree, "job-e211c0", 0)
     # a dump of rank 2 from the next attempt lands in attempt 0's folder: a newer snapshot of that rank
@@ -168,7 +167,7 @@ def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_pat
         summaries = [ingest(paths, settings) for paths in runs]
         assert sum(s.ingested for s in summaries) == 5
         assert summaries[-1].conflicts == [{"job": "job-e211c0", "attempt": 0, "rank": 2, "dumps": 2}]
-        con = frlake.connect(settings.lake, settings.db_url)
+        con = views(settings.lake, settings.db_url)
         (row,) = con.execute("SELECT job, attempt, rank, dumps, candidates FROM dump_conflicts").fetchall()
         assert row[:4] == ("job-e211c0", 0, 2, 2)
         assert row[4][0]["source_path"].endswith("extra/job-e211c0/attempt-0/gpu-d02/rank_2")  # the newest first

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-import frlake
 from frlake.catalog.db import head_revision
 from frlake.catalog.store import Catalog
 from frlake.cli.main import app
@@ -37,7 +36,7 @@ def _cli(settings: Settings, *args: str):
 
 
 # -- correct ------------------------------------------------------------------
-def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpus):
+def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpus, views):
     """The issue's repro: 4 rank files with no identity, then the options that name it."""
     flat = tmp_path / "flat"
     flat.mkdir()
@@ -51,7 +50,7 @@ def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpu
     fixed = _cli(settings, "ingest", str(flat), "--job", "j1", "--attempt", "0", "--host", "nodeX", "--workers", "1")
     assert fixed.exit_code == 0, fixed.output
     assert "ingested 4 dumps" in fixed.output
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT DISTINCT job, attempt, host FROM dumps").fetchall() == [("j1", 0, "nodeX")]
     assert sorted(r[0] for r in con.execute("SELECT rank FROM dumps").fetchall()) == [0, 1, 2, 3]
 
@@ -116,7 +115,7 @@ def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path
     assert len(forgotten) == 8 and all("/attempt-1/" in f[0] for f in forgotten)
 
 
-def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity(tmp_path, corpus):
+def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity(tmp_path, corpus, views):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(identity=IdentityOptions(job="wrong")))
     with Frlake(settings) as fl:
@@ -125,7 +124,7 @@ def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity
     assert (cron.ingested, cron.skipped_forgotten) == (0, 4), "retention is not undone by the next cron run"
     right = ingest([tree], settings)
     assert right.ingested == 4
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT DISTINCT job FROM dumps").fetchall() == [("job-223715",)]
     assert len(list((settings.lake / "raw").rglob("*.zst"))) == 4
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
+from frlake.session import Frlake
 from tests.helpers import assert_lake_is_clean, assert_outside_readers_see_only_committed, ingest, snapshot
 
 pytestmark = pytest.mark.slow
@@ -43,13 +43,11 @@ def _files_but(tree: Path, gone: str) -> list[Path]:
 
 def _attempts_whole(settings: Settings) -> None:
     """frlake's views show every attempt with all its dumps or not at all."""
-    catalog = Catalog(settings.db_url)
-    expected = {(a.job, a.attempt): a.n_dumps for a in catalog.attempts()}
-    catalog.close()
-    con = frlake.connect(settings.lake, settings.db_url)
-    seen = dict(((j, a), n) for j, a, n in con.execute("SELECT job, attempt, count(*) FROM dumps GROUP BY ALL").fetchall())
-    entries = {(j, a) for j, a in con.execute("SELECT DISTINCT job, attempt FROM entries").fetchall()}
-    con.close()
+    with Frlake(settings, must_exist=True) as session:
+        con = session.connect()
+        expected = dict(((j, a), n) for j, a, n in con.execute("SELECT job, attempt, n_dumps FROM attempts").fetchall())
+        seen = dict(((j, a), n) for j, a, n in con.execute("SELECT job, attempt, count(*) FROM dumps GROUP BY ALL").fetchall())
+        entries = {(j, a) for j, a in con.execute("SELECT DISTINCT job, attempt FROM entries").fetchall()}
     assert seen == expected
     assert entries == set(expected)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyarrow.dataset as ds
 import pytest
 
-import frlake
 from frlake.errors import QueryError
 from frlake.query import QueryLimits
 from tests.helpers import query
@@ -56,15 +55,15 @@ def test_with_and_explain_are_queries(corpus_lake):
     assert query("EXPLAIN SELECT count(*) FROM entries", corpus_lake).rows
 
 
-def test_times_also_as_timestamps(corpus_lake):
-    con = frlake.connect(corpus_lake.lake)
+def test_times_also_as_timestamps(corpus_lake, views):
+    con = views(corpus_lake.lake)
     row = con.execute("SELECT time_created_ns, epoch_ns(time_created) FROM entries LIMIT 1").fetchone()
     assert row[0] // 1000 * 1000 == row[1]
     assert con.execute("SELECT count(*) FROM hosts").fetchone()[0] == 15
 
 
-def test_a_second_engine_reads_the_lake_as_it_is(corpus_lake):
-    con = frlake.connect(corpus_lake.lake)
+def test_a_second_engine_reads_the_lake_as_it_is(corpus_lake, views):
+    con = views(corpus_lake.lake)
     for table in ("entries", "dumps", "groups", "pg_status"):
         dataset = ds.dataset(corpus_lake.lake / "tables" / table, format="parquet", partitioning="hive")
         assert dataset.count_rows() == con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]

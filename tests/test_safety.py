@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import frlake
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import DumpRejected
@@ -148,7 +147,7 @@ def test_deep_json_is_refused():
     assert info.value.reason in ("too_deep", "bad_schema")
 
 
-def test_encoding_comes_from_content_not_name(tmp_path, corpus):
+def test_encoding_comes_from_content_not_name(tmp_path, corpus, views):
     src = corpus / "job-f70c5d/attempt-2/gpu-b04/rank_2.json"
     tree = tmp_path / "job-f/attempt-0/h"
     tree.mkdir(parents=True)
@@ -157,7 +156,7 @@ def test_encoding_comes_from_content_not_name(tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
     summary = ingest([tmp_path / "job-f"], settings)
     assert summary.ingested == 2
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert dict(con.execute("SELECT rank, encoding FROM dumps").fetchall()) == {2: "json", 1: "pickle"}
 
 

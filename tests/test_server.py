@@ -116,12 +116,12 @@ def test_one_error_shape_for_all_errors(client, method, url, kwargs, status, cod
     assert body["error"]["status"] == status and body["error"]["code"] == code and body["error"]["message"]
 
 
-def test_trace_is_a_perfetto_trace(client):
+def test_trace_is_a_perfetto_trace(client, views):
     r = client.get("/api/jobs/job-223715/attempts/0/trace")
     assert r.status_code == 200 and "attachment" in r.headers["Content-Disposition"]
     trace = json.loads(r.get_data())
     events = trace["traceEvents"]
-    con = frlake.connect(client.application.config["FRLAKE"].settings.lake)
+    con = views(client.application.config["FRLAKE"].settings.lake)
     n = con.execute("SELECT count(*) FROM entries WHERE job = 'job-223715' AND attempt = 0").fetchone()[0]
     assert sum(e["ph"] == "X" and e["cat"] != "frlake.culprit" for e in events) == n  # a small attempt is whole
     assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
@@ -254,7 +254,7 @@ def test_non_loopback_without_token_is_refused():
     check_binding("::1", None)
 
 
-def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus):
+def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus, views):
     settings, c = fresh
     app = c.application
     errors = []
@@ -281,7 +281,7 @@ def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus):
     for t in threads:
         t.join()
     assert errors == []
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     # the same bytes under three job names: a dump in each (the raw bytes are kept once, by sha256)
     assert con.execute("SELECT count(*), count(DISTINCT sha256), count(DISTINCT dump_id) FROM dumps "
                        "WHERE job LIKE 'cc-%'").fetchone() == (3, 1, 3)

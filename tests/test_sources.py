@@ -7,14 +7,13 @@ import tarfile
 
 import pytest
 
-import frlake
 from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest import IdentityOptions, IngestOptions, Layout, load_hosts
 from tests.helpers import FIXTURES, ingest
 
 
-def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus):
+def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus, views):
     archive = tmp_path / "dumps.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(corpus / "job-223715", arcname="job-223715")
@@ -25,7 +24,7 @@ def test_tar_gz_is_streamed_with_its_member_paths(tmp_path, corpus):
     summary = ingest([archive], settings)
     assert (summary.ingested, summary.rejected) == (4, 1)
     assert summary.rejected_files[0]["reason"] == "unsafe_archive_member"
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert sorted(con.execute("SELECT job, attempt, rank, host FROM dumps").fetchall()) == [
         ("job-223715", 0, 0, "gpu-b03"), ("job-223715", 0, 1, "gpu-b03"),
         ("job-223715", 0, 2, "gpu-c04"), ("job-223715", 0, 3, "gpu-c04")]
@@ -53,7 +52,7 @@ def test_layout_placeholders_and_suffixes():
         Layout("{job}/{nope}")
 
 
-def test_hosts_file_and_trailing_digits_name_host_and_rank(tmp_path, corpus):
+def test_hosts_file_and_trailing_digits_name_host_and_rank(tmp_path, corpus, views):
     flat = tmp_path / "flat"
     flat.mkdir()
     for rank, host in ((0, "gpu-b03"), (2, "gpu-c04")):
@@ -65,7 +64,7 @@ def test_hosts_file_and_trailing_digits_name_host_and_rank(tmp_path, corpus):
     options = IngestOptions(identity=IdentityOptions(job="j", attempt=1, hosts=load_hosts(hosts)))
     summary = ingest([flat], settings, options)
     assert summary.ingested == 2
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [(0, "node-a"), (2, "node-c")]
 
 
@@ -78,16 +77,16 @@ def test_unknown_identity_is_rejected_not_guessed(tmp_path, corpus):
     assert "job" in summary.rejected_files[0]["detail"] and "--job" in summary.rejected_files[0]["detail"]
 
 
-def test_self_describing_dump_names_itself(tmp_path):
+def test_self_describing_dump_names_itself(tmp_path, views):
     folder = FIXTURES / "formats" / "self_describing"
     settings = Settings.resolve(tmp_path / "lake")
     assert ingest([folder], settings).ingested == 2
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert sorted(con.execute("SELECT job, attempt, host, rank FROM dumps").fetchall()) == [
         ("fmt-self_describing", 0, "host-a", 0), ("fmt-self_describing", 0, "host-b", 1)]
 
 
-def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus):
+def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus, views):
     tree = tmp_path / "nfs"
     for copy in ("a", "b"):  # two copies of two attempts holding the same bytes, racing in two workers
         for n in range(2):
@@ -95,7 +94,7 @@ def test_same_bytes_in_parallel_batches_are_stored_once(tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
     summary = ingest([tree], settings, IngestOptions(workers=2, chunk_files=2))
     assert (summary.ingested, summary.already_present) == (16, 16), "a dump per attempt; copies within one are duplicates"
-    con = frlake.connect(settings.lake)
+    con = views(settings.lake)
     assert con.execute("SELECT count(*), count(DISTINCT sha256) FROM dumps").fetchone() == (16, 8)
     assert len(list((settings.lake / "raw").rglob("*.zst"))) == 8, "the raw bytes are stored once"
     per_dump = con.execute("SELECT count(DISTINCT dump_id) FROM entries").fetchone()[0]

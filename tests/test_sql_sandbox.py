@@ -14,7 +14,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import frlake
 from frlake.config import Settings
 from frlake.errors import QueryError
 from frlake.query.sandbox import QueryLimits
@@ -234,8 +233,8 @@ def test_the_sandbox_opens_no_file_not_even_the_lakes(corpus_lake):
     assert "outside the lake" in refused(f"SELECT * FROM glob('{corpus_lake.lake}/**')", corpus_lake)
 
 
-def test_sealed_views_read_the_same_rows_as_the_lake_connection(corpus_lake):
-    con = frlake.connect(corpus_lake.lake)
+def test_sealed_views_read_the_same_rows_as_the_lake_connection(corpus_lake, views):
+    con = views(corpus_lake.lake)
     for table in ("entries", "dumps", "groups", "pg_status", "stacks", "jobs", "files", "hosts"):
         sql = f"SELECT count(*), count(DISTINCT COLUMNS(*)) FROM {table}"
         assert query(sql, corpus_lake).rows == con.execute(sql).fetchall(), table

@@ -62,12 +62,11 @@ def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_
     assert frlake_ok >= torch_ok
 
 
-def test_every_missing_ranks_set_torch_prints_is_the_collectives_rows(corpus_lake, torch_verdicts):
+def test_every_missing_ranks_set_torch_prints_is_the_collectives_rows(corpus_lake, torch_verdicts, views):
     """The collectives view is torch's flat database for every attempt at once:
     each "missing ranks" set torch's analyzer prints is that row's missing set."""
-    import frlake
 
-    con = frlake.connect(corpus_lake.lake, corpus_lake.db_url)
+    con = views(corpus_lake.lake, corpus_lake.db_url)
     compared = 0
     for (job, attempt), v in torch_verdicts.items():
         for f in v.findings:
