@@ -133,6 +133,7 @@ def main() -> None:
         sys.exit("frlake was built without a C compiler: there is no fast reader to compare")
     pool = templates()
     limits = Limits()
+    print(f"fast reader: {entries._fastpickle.__file__}", flush=True)
 
     def case(seed: int):
         rng = random.Random(seed)
