@@ -1,6 +1,6 @@
 """False stragglers: real healthy torch jobs must never name a host.
 
-    python bench/bench_false_positives.py [--healthy 100] [--stragglers 5] [--busy 0] [--workdir DIR]
+    python bench/bench_false_positives.py [--healthy 100] [--stragglers 5] [--busy 0] [--jitter 0] [--workdir DIR]
 
 Runs real 8-rank gloo jobs with torch (tests/fixtures/genuine/make_genuine.py: a 2-D mesh, TP all_gather,
 DP all_reduce and world all_reduce, 20 steps), each writing its dumps as torch returns them: ``--healthy``
@@ -40,7 +40,7 @@ def _burn(stop) -> None:
         sum(i * i for i in range(10_000))
 
 
-def run_jobs(work: Path, healthy: int, stragglers: int, busy: int) -> list[dict]:
+def run_jobs(work: Path, healthy: int, stragglers: int, busy: int, jitter: float = 0.0) -> list[dict]:
     """Run the jobs, one at a time, with ``busy`` processes burning CPU beside them (a node shared with
     other work); returns what each is (job, the injected straggler or None)."""
     import multiprocessing as mp
@@ -51,14 +51,14 @@ def run_jobs(work: Path, healthy: int, stragglers: int, busy: int) -> list[dict]
     for b in burners:
         b.start()
     try:
-        return _run(gen, work, healthy, stragglers)
+        return _run(gen, work, healthy, stragglers, jitter)
     finally:
         stop.set()
         for b in burners:
             b.join(5)
 
 
-def _run(gen, work: Path, healthy: int, stragglers: int) -> list[dict]:
+def _run(gen, work: Path, healthy: int, stragglers: int, jitter: float) -> list[dict]:
     jobs = []
     for i in range(healthy + stragglers):
         sick = i >= healthy
@@ -66,7 +66,7 @@ def _run(gen, work: Path, healthy: int, stragglers: int) -> list[dict]:
         job = f"{'straggler' if sick else 'healthy'}-{i:03d}"
         started = time.perf_counter()
         res = gen.run_job(str(work), "straggler" if sick else "mesh_healthy_jitter", job=job, fault=sick, seed=i,
-                          culprit=culprit if sick else None)
+                          culprit=culprit if sick else None, jitter=jitter)
         jobs.append({"job": job, "culprit": culprit, "exitcodes": res["exitcodes"],
                      "seconds": round(time.perf_counter() - started, 1)})
         print(f"  {job}: ran in {jobs[-1]['seconds']} s", flush=True)
@@ -99,6 +99,8 @@ def main() -> None:
     ap.add_argument("--healthy", type=int, default=100)
     ap.add_argument("--stragglers", type=int, default=5)
     ap.add_argument("--busy", type=int, default=0, help="processes burning CPU beside the jobs (a shared node)")
+    ap.add_argument("--jitter", type=float, default=0.0,
+                    help="every rank sleeps up to this many seconds (uniform) before each step: ordinary jitter")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=HERE / "results" / "false_positives.json")
     a = ap.parse_args()
@@ -113,18 +115,18 @@ def main() -> None:
     dumps, lake = work / "dumps", work / "lake"
     dumps.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    jobs = run_jobs(dumps, a.healthy, a.stragglers, a.busy)
+    jobs = run_jobs(dumps, a.healthy, a.stragglers, a.busy, a.jitter)
     settings = Settings.resolve(lake)
     with Frlake(settings) as session:
         summary = session.ingest([dumps], IngestOptions(workers=1))
     assert summary.rejected == 0, summary.rejected_files
     rules = {"today": judge(settings, jobs, straggler.MIN_SHARE), "before (no share)": judge(settings, jobs, 0.0)}
     hosts = {j["job"]: f"host-{'abcd'[j['culprit'] // 2]}" for j in jobs if j["culprit"] is not None}
-    report = {"healthy_jobs": a.healthy, "straggler_jobs": a.stragglers, "busy": a.busy,
+    report = {"healthy_jobs": a.healthy, "straggler_jobs": a.stragglers, "busy": a.busy, "jitter_s": a.jitter,
               "seconds": round(time.perf_counter() - started),
               "jobs": jobs, "rules": {}}
     print(f"\n{a.healthy} healthy and {a.stragglers} straggler jobs (8 ranks, 20 steps, real torch gloo; "
-          f"{a.busy} processes burning CPU beside them)")
+          f"{a.busy} processes burning CPU beside them; each rank up to {a.jitter * 1000:g} ms late to each step)")
     for name, verdicts in rules.items():
         healthy = [j for j in jobs if j["culprit"] is None]
         sick = [j for j in jobs if j["culprit"] is not None]
