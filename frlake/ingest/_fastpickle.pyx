@@ -137,8 +137,10 @@ cdef bint _utf8(const uint8_t *s, Py_ssize_t n) noexcept nogil:
     """Whether the bytes are UTF-8 as Arrow stores it: no overlong form, no surrogate, nothing past U+10FFFF."""
     cdef Py_ssize_t i = 0
     cdef uint8_t c, c1
-    while i + 8 <= n:
-        if ((<const uint64_t *>(s + i))[0] & 0x8080808080808080ULL) != 0:
+    cdef uint64_t word
+    while i + 8 <= n:  # eight ASCII bytes at a time; memcpy, as the bytes need not be aligned for a uint64_t
+        memcpy(&word, s + i, 8)
+        if (word & 0x8080808080808080ULL) != 0:
             break
         i += 8
     while i < n:
@@ -827,7 +829,8 @@ cdef class Graph:
         validity = bytearray((n + 7) // 8)
         cdef int32_t *place = <int32_t *>PyByteArray_AS_STRING(places)
         cdef uint8_t *ok = <uint8_t *>PyByteArray_AS_STRING(validity)
-        # The distinct lists by hash: open addressing, a slot holds its list's place + 1 (0: empty).
+        # The distinct lists by hash: open addressing, a slot holds its list's place + 1 (0: empty). cap, a power
+        # of two of 16 or more, keeps each array of the table aligned for its type.
         while cap < 2 * n:
             cap <<= 1
         table = bytearray(cap * (sizeof(uint64_t) + sizeof(int32_t)) + max(n, 1) * sizeof(int64_t))
