@@ -110,18 +110,3 @@ def spark():
     session = local_session(cores=2, driver_memory="1g", app_name="frlake-tests")
     yield session
     session.stop()
-
-
-# Whole modules in the slow lane besides the tests marked one by one: each builds lakes of its own or runs
-# dozens of ingests (pytest -m "not slow" is the quick lane; CI runs everything).
-SLOW_MODULES = {
-    "test_diagnose_determinism", "test_drain", "test_torch_checklist", "test_lifecycle", "test_producers",
-    "test_diagnose_producers", "test_api_contract", "test_hostile_files", "test_cli_output", "test_slow_links",
-    "test_ingest_integrity", "test_server_attacks", "test_catalog", "test_session",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)

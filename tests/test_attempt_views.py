@@ -72,6 +72,7 @@ def check_trace(text: str, cap: int) -> dict:
     return trace
 
 
+@pytest.mark.slow
 def test_arrivals_centre_on_a_culprit_past_the_first_256_ranks(job512):
     settings, truth = job512
     with Frlake(settings) as fl:
@@ -106,6 +107,7 @@ def test_arrivals_pick_a_group_and_a_window(job512):
         assert seqs[3] in around["seqs"] and len(around["seqs"]) == 4
 
 
+@pytest.mark.slow
 def test_trace_window_marks_the_hang_and_stays_under_its_cap(job512):
     settings, _ = job512
     with Frlake(settings) as fl:
@@ -139,6 +141,7 @@ def test_trace_window_marks_the_hang_and_stays_under_its_cap(job512):
             set(dp["otherData"]["frlake"]["pgs"])
 
 
+@pytest.mark.slow
 def test_trace_from_the_cli_and_the_api(job512, tmp_path):
     settings, _ = job512
     out = tmp_path / "t.json"

@@ -121,6 +121,7 @@ def _row_counts(engine) -> dict[str, int]:
         return {n: conn.execute(text(f"SELECT count(*) FROM {n}")).scalar() for n in names}
 
 
+@pytest.mark.slow
 def test_downgrade_and_upgrade_keep_every_row(any_db, corpus):
     """A real downgrade (batch-altered tables on SQLite) must not cascade into
     the culprit rows through the foreign keys, and an upgrade brings it back."""
@@ -198,6 +199,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 8
 
 
+@pytest.mark.slow
 def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, corpus, any_db):
     """attempts.diagnosis_due is filled from the incidents on upgrade, set by a commit that adds dumps and
     cleared by the diagnosis stored at that revision; the pending query reads its index."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from frlake.catalog import db
@@ -14,6 +15,7 @@ from frlake.cli.main import app
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch, views):
     lake = tmp_path / "lake"
     monkeypatch.setenv("FRLAKE_LAKE", str(lake))

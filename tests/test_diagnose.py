@@ -16,6 +16,7 @@ HANG_OR_MISMATCH = {"hang", "mismatch"}
 TRUTH_CASES = json.loads(TRUTH.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", TRUTH_CASES, ids=lambda t: f"{t['job']}-{t['attempt']}-{t['scenario']}-{t['format']}")
 def test_verdict_and_root_cause_match_the_truth(corpus_lake, case):
     d = diagnose(corpus_lake, case["job"], case["attempt"], store=False)
@@ -29,6 +30,7 @@ def test_verdict_and_root_cause_match_the_truth(corpus_lake, case):
     assert d.world_size == case["world"]
 
 
+@pytest.mark.slow
 def test_reasons_name_the_fault(corpus_lake, truth):
     by_scenario = {}
     for case in truth:
@@ -58,6 +60,7 @@ def test_latest_attempt_is_the_default(corpus_lake):
     assert diagnose(corpus_lake, "job-f70c5d", store=False).attempt == 2
 
 
+@pytest.mark.slow
 def test_diagnoses_are_stored_kept_current_and_queryable(tmp_path, corpus, views):
     settings = Settings.resolve(tmp_path / "lake")
     # the hung attempt arrives without its culprit's dump first

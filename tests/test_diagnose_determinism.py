@@ -56,6 +56,7 @@ def reference(tmp_path_factory) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed, workers, beside", [(1, 1, False), (2, 2, False), (3, 1, True), (4, 2, True)])
 def test_the_same_dumps_give_the_same_diagnosis(tmp_path, reference, seed, workers, beside):
     files = _files(set(WATCHED.values()) | (set(OTHERS) if beside else set()))

@@ -25,6 +25,7 @@ def _diagnose_tree(tmp_path, tree, job):
     return diagnose(settings, job, 0, store=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 def test_wrapped_buffers_and_a_missing_collective(tmp_path, fmt):
     truth = write_job(tmp_path / "nfs", 32, 300, job="wrap", fault="missing_last", culprit=13, seed=3, fmt=fmt,
@@ -111,6 +112,7 @@ def test_healthy_synthetic_job(tmp_path):
     assert (d.verdict, d.culprits) == ("healthy", [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job, attempt, culprit", [("job-223715", 0, 1), ("job-5f5228", 1, 0), ("job-24fdd5", 1, 0)])
 def test_membership_is_inferred_from_a_pg_config_as_gloo_writes_it(tmp_path, corpus, job, attempt, culprit):
     tree = tmp_path / "nfs" / job

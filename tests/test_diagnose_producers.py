@@ -16,6 +16,8 @@ PRODUCERS = FIXTURES / "producers"
 EXPECTED = json.loads((PRODUCERS / "expected.json").read_text())
 SPLIT = FIXTURES / "real" / "split_group"
 
+pytestmark = pytest.mark.slow  # every test reads a lake of every producer's shape, 4 s to build (pytest --durations)
+
 
 @pytest.fixture(scope="module")
 def producers_lake(tmp_path_factory) -> Settings:

@@ -20,6 +20,8 @@ from tests.helpers import ingest
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 runner = CliRunner()
 
+pytestmark = pytest.mark.slow  # every test reads one history whose building took 16 s (pytest --durations)
+
 
 def _history() -> list[Attempt]:
     out = []

@@ -9,6 +9,8 @@ import os
 import shutil
 import tarfile
 
+import pytest
+
 from frlake.config import Settings
 from frlake.ingest.identity import IdentityOptions
 from frlake.ingest.pipeline import IngestOptions
@@ -43,6 +45,7 @@ def test_a_timeout_dump_dated_by_its_mtime_names_the_pending_tail_culprit(tmp_pa
     assert "weaker evidence" in d.root.detail and "mtime" in d.root.detail
 
 
+@pytest.mark.slow
 def test_dumps_copied_days_later_do_not_prove_a_hang(tmp_path):
     """The same dumps, their mtimes a day after their newest entries: more likely the time of a copy. The
     rank is named as a suspect only, and the fleet reports that act on root causes never count it."""
@@ -66,6 +69,7 @@ def test_a_healthy_snapshot_copied_later_names_no_proven_culprit(tmp_path):
     assert not any(c.role == "root" for c in d.culprits), d.summary
 
 
+@pytest.mark.slow
 def test_the_time_of_an_upload_is_not_the_time_its_dumps_were_written(tmp_path):
     """A plain uploaded file has no time but the upload's; a tar member keeps its file's mtime."""
     settings = Settings.resolve(tmp_path / "lake")
@@ -98,6 +102,7 @@ def test_the_time_of_an_upload_is_not_the_time_its_dumps_were_written(tmp_path):
     assert not any(c.role == "root" and c.evidence == "pending_tail" for c in plain.culprits), plain.summary
 
 
+@pytest.mark.slow
 def test_a_hostile_archive_mtime_is_no_time(tmp_path):
     src = next((TAIL / "attempt-0").rglob("nccl_trace_rank_0_*"))
     archive = tmp_path / "in" / "dumps.tar"
@@ -115,6 +120,7 @@ def test_a_hostile_archive_mtime_is_no_time(tmp_path):
         assert fl.connect().execute("SELECT written_from, written_ns FROM snapshots").fetchall() == [(None, None)]
 
 
+@pytest.mark.slow
 def test_a_time_in_a_name_stands_for_its_whole_second(tmp_path):
     """job-tail's pending collectives were created at ...000.5 s with a 600 s timeout. A name's
     ``<epoch seconds>`` is the interval [t, t + 1 s): at second 1796000600 the collective was 599.5 to

@@ -25,6 +25,7 @@ def formats_lake(tmp_path_factory):
     return settings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(BY_VARIANT))
 def test_variant_is_read_with_identity_counts_and_version(formats_lake, variant, views):
     con = views(formats_lake.lake)

@@ -71,11 +71,13 @@ def _check(t: dict, d: dict) -> None:
         assert d["world_inferred"] or t["no_dump"] == [], what  # how the world was found is said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t", TRUTH, ids=lambda t: f"{t['job']}-{t['attempt']}")
 def test_each_genuine_attempt_beside_the_others(together, t):
     _check(t, together[1][(t["job"], t["attempt"])])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_each_case_alone_gives_the_same_bytes(together, case, tmp_path):
     settings = Settings.resolve(tmp_path / "lake")

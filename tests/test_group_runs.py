@@ -42,6 +42,7 @@ def shapes_lake(tmp_path_factory, corpus) -> Settings:
     return settings
 
 
+@pytest.mark.slow
 def test_members_from_runs_equal_members_from_rank_lists(shapes_lake):
     with Frlake(shapes_lake) as fl:
         keys = fl.catalog.attempt_keys(None)

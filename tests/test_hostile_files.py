@@ -92,6 +92,7 @@ def test_non_utf8_archive_member_name_is_rejected(tmp_path, corpus):
     assert all("job-\\xff/" in f["path"] for f in summary.rejected_files)
 
 
+@pytest.mark.slow
 def test_a_fifo_on_the_command_line_does_not_hang(tmp_path, corpus):
     tree = good_tree(tmp_path / "nfs", corpus)
     fifo = tmp_path / "nccl_trace_rank_9"
@@ -209,6 +210,7 @@ def test_an_unreadable_folder_is_recorded(tmp_path, corpus):
     assert rejected(settings) == {str(locked): "unreadable_folder"}
 
 
+@pytest.mark.slow
 def test_a_missing_or_looping_path_fails_only_itself_and_exit_codes_say_so(tmp_path, corpus):
     tree = good_tree(tmp_path / "nfs", corpus)
     missing, loop = tmp_path / "not-there", tmp_path / "loop"

@@ -128,6 +128,7 @@ def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_pat
     catalog.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", ["__HIVE_DEFAULT_PARTITION__", "team/a b", "100%", "null"])
 def test_job_names_round_trip_through_the_partition_folders(lake, corpus, job, views):
     ingest([corpus / "job-223715" / "attempt-0"], lake,
@@ -151,6 +152,7 @@ def _diagnosis_json(settings: Settings, job: str, attempt: int) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
+@pytest.mark.slow
 def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_path, corpus, views):
     tree = tmp_path / "tree"
     _copy_attempt(corpus, tree, "job-e211c0", 0)
@@ -203,6 +205,7 @@ def test_a_busy_lake_makes_ingest_wait_then_fail_clearly(lake, corpus):
     assert ingest([corpus / "job-223715"], lake).ingested == 4
 
 
+@pytest.mark.slow
 def test_a_dead_runs_leftovers_are_removed_and_a_live_runs_kept(lake, corpus):
     ingest([corpus / "job-223715"], lake)
     root = Lake(lake.lake)
@@ -245,6 +248,7 @@ def test_workers_start_with_their_modules_loaded_and_frozen():
     assert frozen > 10_000, frozen  # what importing the worker's modules made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", ["publish", "read"])
 def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_rerun_completes(
         lake, corpus, monkeypatch, failing):

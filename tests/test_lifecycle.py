@@ -91,6 +91,7 @@ def test_an_unreadable_file_is_retried_every_run(tmp_path, corpus):
 
 
 # -- forget -------------------------------------------------------------------
+@pytest.mark.slow
 def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
     ingest([tree], settings, IngestOptions(chunk_files=3))
@@ -129,6 +130,7 @@ def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity
     assert len(list((settings.lake / "raw").rglob("*.zst"))) == 4
 
 
+@pytest.mark.slow
 def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
     ingest([tree], settings, IngestOptions(chunk_files=3))
@@ -173,6 +175,7 @@ def test_forget_needs_a_selection(tmp_path, corpus):
 
 
 # -- compact ------------------------------------------------------------------
+@pytest.mark.slow
 def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
@@ -193,6 +196,7 @@ def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     assert_lake_is_clean(settings)
 
 
+@pytest.mark.slow
 def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_failed_merge_keeps_nothing(
         tmp_path, corpus):
     """The merged files of one partition are written side by side: each holds its group of files' rows in their
@@ -239,6 +243,7 @@ def test_compaction_writes_the_current_schema(tmp_path, corpus):
         assert table.column("extra").null_count >= 2
 
 
+@pytest.mark.slow
 def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))
     summary = ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=4))

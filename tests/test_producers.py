@@ -39,6 +39,8 @@ CASES = [
     ("resiliency_ext", "job-nvrx", 0, "hang", 3, "node-d", "missing", None),
 ]
 
+pytestmark = pytest.mark.slow  # every test reads a lake of every producer's shape, 4 s to build (pytest --durations)
+
 
 @pytest.fixture(scope="module")
 def producers_lake(tmp_path_factory):
@@ -175,7 +177,6 @@ def test_health_is_queryable(producers_lake):
     assert rows == [("node-d", 3, "nic")]
 
 
-@pytest.mark.slow
 def test_torch_names_the_pending_tail_culprit_too(tmp_path, producers_lake):
     pytest.importorskip("torch")
     from tests.torch_fr import run_torch_analyzer

@@ -54,6 +54,7 @@ def test_each_bad_file_is_refused_with_its_reason(name):
     assert not MARKER.exists()
 
 
+@pytest.mark.slow
 def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, corpus):
     """Ingest in a subprocess with a hard memory cap: a bomb that expanded
     would kill it; code that ran would leave the marker file."""

@@ -254,6 +254,7 @@ def test_non_loopback_without_token_is_refused():
     check_binding("::1", None)
 
 
+@pytest.mark.slow
 def test_concurrent_uploads_and_reads_do_not_corrupt(fresh, corpus, views):
     settings, c = fresh
     app = c.application

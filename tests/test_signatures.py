@@ -125,6 +125,7 @@ def _as_schema_1(settings: Settings) -> None:
             s.execute(update(LakeFile).where(LakeFile.table_name == "entries").values(schema_version=1))
 
 
+@pytest.mark.slow
 def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_compaction(tmp_path, corpus):
     tree = tmp_path / "nfs"
     for job in JOBS:

@@ -113,6 +113,7 @@ def _stored_and_fresh(settings: Settings, job: str, attempt: int) -> tuple[dict,
     return stored, fresh
 
 
+@pytest.mark.slow
 def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it(tmp_path):
     """An attempt's summary is that of its stored diagnosis: half its ranks first (two of its four dp
     groups), then the rest (all four, h3's groups slower), then one rank forgotten, then the attempt."""

@@ -233,6 +233,7 @@ def test_the_sandbox_opens_no_file_not_even_the_lakes(corpus_lake):
     assert "outside the lake" in refused(f"SELECT * FROM glob('{corpus_lake.lake}/**')", corpus_lake)
 
 
+@pytest.mark.slow
 def test_sealed_views_read_the_same_rows_as_the_lake_connection(corpus_lake, views):
     con = views(corpus_lake.lake)
     for table in ("entries", "dumps", "groups", "pg_status", "stacks", "jobs", "files", "hosts"):

@@ -128,6 +128,7 @@ def _write(folder, ranks_ops):
         (host / f"rank_{rank}").write_bytes(pickle.dumps(dump))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_frlake_on_torch_analyzer_cases(tmp_path, case):
     _, _, ops0, ops1, _, verdict, suspects, _ = case
