@@ -166,9 +166,8 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
                   f"waits for rank {s.stopped_after} in one (a pipeline's send or recv) the dumps cannot show")
     elif s.tied and role is None and s.role == "suspect":
         detail = (f"a suspect, not a proven cause: it and rank(s) {ranks_text(s.tied)} never joined seq {s.seq}, the "
-                  f"same rank(s) wait for them, and they stopped within 10 ms of each other; gloo records no sends "
-                  f"or recvs, "
-                  f"so which of them holds up the others the dumps cannot show")
+                  f"same rank(s) wait for them, and they stopped within {hang.TIE_NS // 1_000_000} ms of each other; gloo records no sends "
+                  f"or recvs, so which of them holds up the others the dumps cannot show")
     elif s.evidence == "pg_status" and role is None:
         detail = (f"weaker evidence (pg_status only): the dumps hold no entries (includeCollectives=False), only "
                   f"each rank's count of the collectives it enqueued per group; this rank's is behind its peers' "

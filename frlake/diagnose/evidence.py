@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
-from frlake.diagnose.timing import Timing, failed_collective, read_timing
+from frlake.diagnose.timing import Timing, read_timing
 from frlake.diagnose.world import infer as infer_world
 from frlake.query.vocabulary import (
     END_MARKER,
@@ -285,10 +285,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     # the default group spans the world, whoever recorded in it
     gathered = _gathered(con, params, rel, bool(split), members, desc)
     world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
-    timing = read_timing(con, rel)
-    if timing.in_flight:
-        timing.failed = failed_collective(con, params, rel, world.members, last_seq)
-        timing.in_flight = timing.failed is None
+    timing = read_timing(con, params, rel, world.members, last_seq)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
                     last_seq, first_seq, last, sorted(world.ranks), rel, several, names=split, renumbered=renumbered,
                     world_inferred=world.how,
@@ -333,7 +330,7 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]], d
     default = next((pg for pg, d in sorted(desc.items()) if d == "default_pg"), None)
     rows = con.execute(
         f"""
-        SELECT p.rank, p.pg_id, p.last_enqueued_collective, p.last_completed_collective
+        SELECT p.rank, p.pg_id, p.last_enqueued_collective
         FROM pg_status p
         WHERE p.job = $job AND p.attempt = $attempt
           AND p.dump_id IN (SELECT dump_id FROM {rel.dumps} WHERE coalesce(n_entries, 0) = 0)
@@ -342,37 +339,36 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]], d
         """,
         params,
     ).fetchall()
-    counts: dict[str, dict[int, int]] = {}  # group -> rank -> last enqueued
-    for rank, pg_id, enqueued, _ in rows:
-        if rank in last:
-            continue  # a rank with entries of its own (another dump) says more
-        pg = (default or "0") if pg_id == "0" else LOCAL_GROUP.format(pg_id)
-        if pg_id == "0" and default is None:
-            desc.setdefault(pg, "default_pg")
-        elif pg_id != "0":
-            desc.setdefault(pg, LOCAL_DESC)
-        members.setdefault(pg, set()).add(rank)
-        counts.setdefault(pg, {})[rank] = enqueued
-        last_seq[(rank, pg)] = max(enqueued, last_seq.get((rank, pg), enqueued))
-    for rank in sorted({r for ranks in counts.values() for r in ranks}):
-        ahead = []  # (peers behind it, group, its count) where it is at the front and some peer behind
-        for pg, by_rank in counts.items():
-            if rank in by_rank:
-                behind = sum(1 for n in by_rank.values() if n < by_rank[rank])
-                if behind and by_rank[rank] == max(by_rank.values()):
-                    ahead.append((behind, pg, by_rank[rank]))
+    counts: dict[str, dict[int, int]] = {}  # pg id -> rank -> last enqueued
+    for rank, pg_id, enqueued in rows:
+        if rank not in last:  # a rank with entries of its own (another dump) says more
+            counts.setdefault(pg_id, {})[rank] = enqueued
+    name = {pg_id: (default or "0") if pg_id == "0" else LOCAL_GROUP.format(pg_id) for pg_id in counts}
+    for pg_id, by_rank in counts.items():
+        pg = name[pg_id]
+        desc.setdefault(pg, "default_pg" if pg_id == "0" else LOCAL_DESC)
+        members.setdefault(pg, set()).update(by_rank)
+        for rank, enqueued in by_rank.items():
+            last_seq[(rank, pg)] = max(enqueued, last_seq.get((rank, pg), enqueued))
+    # per id, its front (the most any rank enqueued) and how many ranks are behind it
+    front = {pg_id: max(by_rank.values()) for pg_id, by_rank in counts.items()}
+    behind = {pg_id: sum(n < front[pg_id] for n in by_rank.values()) for pg_id, by_rank in counts.items()}
+    for rank in sorted({r for by_rank in counts.values() for r in by_rank}):
+        # where it is at the front with peers behind: the id with the most behind, then the lowest id
+        ahead = [(behind[pg_id], pg_id) for pg_id, by_rank in counts.items()
+                 if by_rank.get(rank) == front[pg_id] and behind[pg_id]]
         if ahead:
-            _, pg, seq = max(ahead, key=lambda a: (a[0], -_local_id(a[1])))
-            last[rank] = LastEntry(pg, desc.get(pg), seq, None, False, None, "scheduled", None, None, counters=True)
+            pg_id = min(ahead, key=lambda a: (-a[0], _as_int(a[1])))[1]
+            state = "scheduled"
         else:
-            pg = default or "0"
-            seq = counts.get(pg, {}).get(rank)
-            last[rank] = LastEntry(pg, desc.get(pg), seq, None, False, None, "completed", None, None, counters=True)
+            pg_id, state = "0", "completed"
+        pg = name.get(pg_id, default or "0")
+        seq = counts.get(pg_id, {}).get(rank)
+        last[rank] = LastEntry(pg, desc.get(pg), seq, None, False, None, state, None, None, counters=True)
 
 
-def _local_id(pg: str) -> int:
-    prefix = LOCAL_GROUP.format("")
-    return int(pg[len(prefix):]) if pg.startswith(prefix) and pg[len(prefix):].isdigit() else 0
+def _as_int(pg_id: str) -> int:
+    return int(pg_id) if pg_id.isdigit() else 0
 
 
 _GATHERED = """CASE WHEN len(en.output_sizes) > 1 THEN len(en.output_sizes)

@@ -14,6 +14,8 @@ from frlake.query.vocabulary import Relations
 MTIME_SLACK_NS = 15 * 60 * 1_000_000_000
 # How a job's hang is known from the dumps' times (overdue_from), strongest first.
 OVERDUE_FROM = ("file_name", "entries", "mtime", "mtime_after_copy")
+STALL_STEPS = 50  # a collective pending longer than this many of the job's steps is no longer "at work"
+MIN_STALL_NS = 2_000_000_000  # nor ever before 2 s: a step of a healthy job can wait that long on a slow peer
 
 
 @dataclass
@@ -49,7 +51,10 @@ class Timing:
                 **({"failed_collective": self.failed} if self.failed else {})}
 
 
-def read_timing(con, rel: Relations) -> Timing:
+def read_timing(con, params, rel: Relations, members: dict[str, set[int]],
+                last_seq: dict[tuple[int, str], int]) -> Timing:
+    """What the attempt's dumps' times say (its ``members``, the world's groups, and ``last_seq``, each rank's
+    last collective per group, tell a failed collective)."""
     timeout_ns = "coalesce(timeout_ms, 0) * 1000000"
     rows = con.execute(
         f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from,
@@ -76,13 +81,16 @@ def read_timing(con, rel: Relations) -> Timing:
         pace = _pace_ns(con, rel)
         in_flight = pace is not None and all(w - o <= max(STALL_STEPS * pace, MIN_STALL_NS)
                                              for _, _, o, _, w, *_ in pending)
+    # and no collective failed: a job whose collective broke is not at work, however young its pending ones
+    failed = failed_collective(con, params, rel, members, last_seq) if in_flight else None
     sources = [r[7] for r in overdue]
-    return Timing([r[0] for r in overdue], in_flight, len(pending), sorted({r[6] for r in rows if r[6]}),
-                  min(sources, key=OVERDUE_FROM.index) if sources else None)
+    return Timing([r[0] for r in overdue], in_flight and failed is None, len(pending),
+                  sorted({r[6] for r in rows if r[6]}), min(sources, key=OVERDUE_FROM.index) if sources else None,
+                  failed)
 
 
 def failed_collective(con, params, rel: Relations, members: dict[str, set[int]],
-            last_seq: dict[tuple[int, str], int]) -> dict | None:
+                      last_seq: dict[tuple[int, str], int]) -> dict | None:
     """The first collective (by group and sequence id) that a rank's pg_status counts as completed although a
     member of its group never enqueued it (or left no dump): no collective completes without all its members,
     so it failed. gloo counts a timed-out or broken op as completed; NCCL's counter never contradicts."""
@@ -99,10 +107,6 @@ def failed_collective(con, params, rel: Relations, members: dict[str, set[int]],
         if any(last_seq.get((m, pg), -1) < seq for m in members.get(pg, ())):
             return {"pg": pg, "seq": seq}
     return None
-
-
-STALL_STEPS = 50  # a collective pending longer than this many of the job's steps is no longer "at work"
-MIN_STALL_NS = 2_000_000_000  # nor ever before 2 s: a step of a healthy job can wait that long on a slow peer
 
 
 def _pace_ns(con, rel: Relations) -> float | None:
