@@ -20,7 +20,7 @@ def entries(settings, job, attempt=None, flt=None):
     """What `frlake entries` computes: the side-by-side view and the stack diff, in one session."""
     with Frlake(settings) as fl:
         view = fl.entries(job, attempt, flt)
-        return {**view, "stacks": fl.stack_diff(job, view["attempt"])}
+        return {**view.to_dict(), "stacks": [g.to_dict() for g in fl.stack_diff(job, view.attempt)]}
 
 
 def query(sql, settings, limits=None):

@@ -161,6 +161,26 @@ class Diagnosis:
         return self.culprits[0] if self.culprits else None
 
 
+@dataclass(frozen=True)
+class Brief:
+    """A diagnosis as an ingest run lists it: its verdict and its first culprits (a third is "and more")."""
+
+    job: str
+    attempt: int
+    verdict: str
+    summary: str
+    culprits: tuple[Culprit, ...]
+
+    @classmethod
+    def of(cls, d: Diagnosis) -> Brief:
+        return cls(d.job, d.attempt, d.verdict.value, d.summary, tuple(d.culprits[:3]))
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "attempt": self.attempt, "verdict": self.verdict, "summary": self.summary,
+                "culprits": [{k: v for k, v in c.to_dict().items() if k not in ("stack", "stack_id")}
+                             for c in self.culprits]}
+
+
 _FRAMEWORK = ("/torch/", "\\torch\\", "c10d_logger", "/multiprocessing/", "<string>", "runpy.py", "threading.py")
 
 

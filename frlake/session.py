@@ -25,14 +25,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from frlake.catalog.store import Catalog
+from frlake.catalog.store import AttemptRow, Catalog
 from frlake.config import Settings
-from frlake.entities import Diagnosis
+from frlake.entities import Brief, Diagnosis
 from frlake.errors import FrlakeError
 from frlake.lake import Lake
 
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
+
+    from frlake.diagnose.standing import StackGroup
+    from frlake.query.attempt import Arrivals, GroupProgress
+    from frlake.query.entries import SideBySide
+    from frlake.query.history import Facets, HostHistory, JobHistory
+    from frlake.values import ReportRows
 
 log = logging.getLogger("frlake")
 # DuckDB's memory for one diagnosis; beyond it, its temporary tables spill to disk. With Python and the
@@ -166,13 +172,16 @@ class Frlake:
             self._memo = VersionedMemo(MEMO_ENTRIES)
         return self._memo.get(self.catalog_version() if version is None else version, (name, args), compute)
 
-    def list_attempts(self, **filters) -> tuple[int, list[dict]]:
+    def list_attempts(self, **filters) -> tuple[int, list[AttemptRow]]:
         """The attempts that match ``filters`` (Catalog.list_attempts): how many, and one page of them."""
         return self.catalog.list_attempts(**filters)
 
-    def attempt_facets(self, **filters) -> dict:
-        """The counts by job, host and verdict of the attempts that match ``filters``."""
-        return self.catalog.attempt_facets(**filters)
+    def attempt_facets(self, **filters) -> Facets:
+        """The counts by verdict, host and root-cause reason of the attempts that match ``filters``."""
+        from frlake.query.history import Facets
+
+        counts = self.catalog.attempt_facets(**filters)
+        return Facets(**{name: tuple(pairs) for name, pairs in counts.items()})
 
     def attempt_keys(self, job: str | None = None) -> list[tuple[str, int]]:
         return self.catalog.attempt_keys(job)
@@ -184,13 +193,13 @@ class Frlake:
     def has_attempt(self, job: str, attempt: int) -> bool:
         return self.catalog.has_attempt(job, attempt)
 
-    def job_history(self, job: str, con: duckdb.DuckDBPyConnection | None = None) -> dict:
+    def job_history(self, job: str, con: duckdb.DuckDBPyConnection | None = None) -> JobHistory:
         """A job's attempts over time and who came back (frlake.query.history)."""
         from frlake.query.history import job_history
 
         return job_history(con or self.views(), self.catalog, job)
 
-    def host_history(self, host: str, con: duckdb.DuckDBPyConnection | None = None) -> dict | None:
+    def host_history(self, host: str, con: duckdb.DuckDBPyConnection | None = None) -> HostHistory | None:
         """A host's attempts, the diagnoses that name it and its weeks; None for a host never seen."""
         from frlake.query.history import host_history
 
@@ -236,7 +245,7 @@ class Frlake:
                 retire_grace_s=options.retire_grace_s))
             summary.compacted = done.files_before
         if options.diagnose:
-            summary.diagnosed = [_brief(d) for d in self.diagnose_pending()]
+            summary.diagnosed = [Brief.of(d) for d in self.diagnose_pending()]
         return summary
 
     # -- lifecycle ---------------------------------------------------------------
@@ -406,7 +415,7 @@ class Frlake:
         return attempt
 
     # -- one attempt, closely ---------------------------------------------------
-    def entries(self, job: str, attempt: int | None = None, flt=None) -> dict:
+    def entries(self, job: str, attempt: int | None = None, flt=None) -> SideBySide:
         """The attempt's collectives with the chosen ranks side by side
         (torch's ``fr_trace -j``, ``--selected-ranks``, ``--pg-filters``); by
         default every rank of a small attempt, else the culprits of the stored
@@ -418,7 +427,7 @@ class Frlake:
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return side_by_side(con, job, attempt, flt or EntryFilter(), diagnosis=diagnosis)
 
-    def stack_diff(self, job: str, attempt: int | None = None) -> list[dict]:
+    def stack_diff(self, job: str, attempt: int | None = None) -> tuple[StackGroup, ...]:
         """Where each rank stands, grouped by stack: the ranks at another frame than the rest."""
         from frlake.diagnose.standing import stack_diff
 
@@ -437,7 +446,7 @@ class Frlake:
             yield own
 
     def progress(self, job: str, attempt: int | None = None, pgs=None, *,
-                 con: duckdb.DuckDBPyConnection | None = None) -> list[dict]:
+                 con: duckdb.DuckDBPyConnection | None = None) -> tuple[GroupProgress, ...]:
         """Per process group (all, or ``pgs``) and rank: the last sequence id
         enqueued, started and completed (:func:`frlake.query.attempt.progress`)."""
         from frlake.query.attempt import progress
@@ -446,21 +455,18 @@ class Frlake:
         with self._attempt_connection(job, attempt, con) as c:
             return progress(c, job, attempt, pgs)
 
-    def arrivals(self, job: str, attempt: int | None = None, pg: str | None = None, *, last: int = 40,
-                 max_ranks: int = 256, seq: tuple[int | None, int | None] = (None, None),
-                 around: int | None = None, diagnosis: Diagnosis | None = None,
-                 con: duckdb.DuckDBPyConnection | None = None) -> dict:
-        """Who arrived late or never at ``last`` collectives of one group
-        (:func:`frlake.query.attempt.arrivals`), centred on the stored
-        diagnosis' culprits and the ranks waiting for them."""
-        from frlake.query.attempt import arrivals
+    def arrivals(self, job: str, attempt: int | None = None, window=None, *, diagnosis: Diagnosis | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None) -> Arrivals:
+        """Who arrived late or never at a window of one group's collectives
+        (:class:`frlake.query.attempt.ArrivalsWindow`; by default the last 40 of
+        the root culprit's group), centred on the stored diagnosis' culprits
+        and the ranks waiting for them."""
+        from frlake.query.attempt import ArrivalsWindow, arrivals
 
         attempt = self._attempt_number(job, attempt)
         diag = diagnosis or self.stored_diagnosis(job, attempt)
         with self._attempt_connection(job, attempt, con) as c:
-            return {"job": job, "attempt": attempt,
-                    **arrivals(c, job, attempt, pg, last, max_ranks, diagnosis=diag, seq_from=seq[0],
-                               seq_to=seq[1], around=around)}
+            return arrivals(c, job, attempt, window or ArrivalsWindow(), diag)
 
     def trace(self, job: str, attempt: int | None = None, window=None) -> Iterator[str]:
         """A window of the attempt as Chrome/Perfetto trace JSON, streamed
@@ -486,7 +492,7 @@ class Frlake:
 
     # -- reports ----------------------------------------------------------------
     def report(self, name: str, window=None, limit: int | None = None, *,
-               con: duckdb.DuckDBPyConnection | None = None, **params) -> list[dict]:
+               con: duckdb.DuckDBPyConnection | None = None, **params) -> ReportRows:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row
         with its evidence; ``params`` go to reports that take them (drain's
         ``policy``). ``con``: a connection with the lake's views to run it on
@@ -507,10 +513,3 @@ def _lake_exists(settings: Settings) -> bool:
     if settings.db_url.startswith("sqlite"):
         return (settings.lake / "catalog.db").is_file() or Path(settings.db_url.split("///", 1)[-1]).is_file()
     return settings.lake.is_dir()
-
-
-def _brief(d: Diagnosis) -> dict:
-    """A diagnosis as an ingest summary lists it."""
-    return {"job": d.job, "attempt": d.attempt, "verdict": d.verdict.value, "summary": d.summary,
-            "culprits": [{k: v for k, v in c.to_dict().items() if k not in ("stack", "stack_id")}
-                         for c in d.culprits[:3]]}

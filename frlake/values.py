@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -26,9 +27,30 @@ def plain(value: object) -> object:
     return value
 
 
+class Record:
+    """A frozen dataclass that a page, the API and the CLI read by attribute; ``to_dict()`` is the JSON the
+    API gives (nested records, tuples and maps made plain, field by field)."""
+
+    def to_dict(self) -> dict:
+        return {f.name: deep_plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+Row = dict[str, object]  # one row of a report, by column: its columns are the SQL's, so a mapping
+
+
+class ReportRows(list[Row]):
+    """A report's rows, and its columns even when there is no row."""
+
+    def __init__(self, rows: list[Row], columns: list[str]):
+        super().__init__(rows)
+        self.columns = columns
+
+
 def deep_plain(value: object) -> object:
-    """``plain`` all the way down: lists, tuples and maps of values become
-    JSON-ready lists and dicts."""
+    """``plain`` all the way down: records, lists, tuples and maps of values
+    become JSON-ready lists and dicts."""
+    if isinstance(value, Record):
+        return value.to_dict()
     if isinstance(value, dict):
         return {str(k): deep_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -41,7 +63,7 @@ def cell_text(value: object) -> str:
     never a Python repr; NULL as the empty string."""
     if value is None:
         return ""
-    if isinstance(value, (dict, list, tuple, set, frozenset)):
+    if isinstance(value, (Record, dict, list, tuple, set, frozenset)):
         return json.dumps(deep_plain(value), separators=(",", ":"), default=str)
     value = plain(value)
     return value if isinstance(value, str) else str(value)

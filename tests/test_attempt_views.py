@@ -16,6 +16,7 @@ import pytest
 
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
+from frlake.query.attempt import ArrivalsWindow
 from frlake.query.entries import EntryFilter
 from frlake.query.trace import TraceWindow
 from frlake.server import create_app
@@ -79,32 +80,32 @@ def test_arrivals_centre_on_a_culprit_past_the_first_256_ranks(job512):
         diag = fl.stored_diagnosis("big", 0)
         assert diag.root.rank == 500
         data = fl.arrivals("big", 0)
-    assert data["pg"] == diag.root.pg and data["focus"]["rank"] == 500
-    assert 500 in data["ranks"] and len(data["ranks"]) <= 256
-    assert [c["rank"] for c in data["culprits"]][:1] == [500]
-    assert [500, diag.root.seq] in data["missing"]  # the culprit never arrived at the hung collective
-    assert data["waiting"] and 500 not in data["waiting"]
-    assert diag.root.seq in data["seqs"] and data["seq_window"] == [data["seqs"][0], data["seqs"][-1]]
+    assert data.pg == diag.root.pg and data.focus.rank == 500
+    assert 500 in data.ranks and len(data.ranks) <= 256
+    assert [c.rank for c in data.culprits][:1] == [500]
+    assert (500, diag.root.seq) in data.missing  # the culprit never arrived at the hung collective
+    assert data.waiting and 500 not in data.waiting
+    assert diag.root.seq in data.seqs and data.seq_window == (data.seqs[0], data.seqs[-1])
     # the group offered first is the culprit's
-    assert data["groups"][0]["pg"] == diag.root.pg and data["groups"][0]["culprit"]
-    assert len(data["late_ms"]) == len(data["ranks"]) and all(len(r) == len(data["seqs"]) for r in data["late_ms"])
+    assert data.groups[0].pg == diag.root.pg and data.groups[0].culprit
+    assert len(data.late_ms) == len(data.ranks) and all(len(r) == len(data.seqs) for r in data.late_ms)
 
 
 def test_arrivals_pick_a_group_and_a_window(job512):
     settings, _ = job512
     with Frlake(settings) as fl:
-        world = fl.arrivals("big", 0, "0", last=10)
-        assert world["pg"] == "0" and world["members"] == 512 and len(world["ranks"]) == 256
-        assert 500 in world["ranks"] and world["ranks_truncated"]  # still centred on the culprit
-        tp = fl.arrivals("big", 0, "1")  # a tp block far from the culprit: ranks 0-7
-        assert tp["ranks"] == list(range(8)) and tp["culprits"] == [] and tp["focus"] is None
-        seqs = tp["seqs"]
+        world = fl.arrivals("big", 0, ArrivalsWindow("0", last=10))
+        assert world.pg == "0" and world.members == 512 and len(world.ranks) == 256
+        assert 500 in world.ranks and world.ranks_truncated  # still centred on the culprit
+        tp = fl.arrivals("big", 0, ArrivalsWindow("1"))  # a tp block far from the culprit: ranks 0-7
+        assert tp.ranks == tuple(range(8)) and tp.culprits == () and tp.focus is None
+        seqs = tp.seqs
         assert len(seqs) >= 6
         lo, hi = seqs[2], seqs[5]
-        part = fl.arrivals("big", 0, "1", seq=(lo, hi))
-        assert part["seqs"] == [s for s in seqs if lo <= s <= hi] and part["seq_window"] == [lo, hi]
-        around = fl.arrivals("big", 0, "1", last=4, around=seqs[3])
-        assert seqs[3] in around["seqs"] and len(around["seqs"]) == 4
+        part = fl.arrivals("big", 0, ArrivalsWindow("1", seq_from=lo, seq_to=hi))
+        assert part.seqs == tuple(s for s in seqs if lo <= s <= hi) and part.seq_window == (lo, hi)
+        around = fl.arrivals("big", 0, ArrivalsWindow("1", last=4, around=seqs[3]))
+        assert seqs[3] in around.seqs and len(around.seqs) == 4
 
 
 @pytest.mark.slow
@@ -170,16 +171,16 @@ def test_the_entries_of_a_large_attempt_centre_on_the_culprit_in_its_group(job51
     with Frlake(settings) as fl:
         root = fl.stored_diagnosis("big", 0).root
         view = fl.entries("big", 0)
-        shown = [r["rank"] for r in view["ranks"]]
-        assert shown[0] == 500 and len(shown) == 32 and view["ranks_total"] == 512 and view["ranks_truncated"]
-        assert view["pgs"] == [root.pg] and {c["pg"] for c in view["collectives"]} == {root.pg}
-        at_hang = next(c for c in view["collectives"] if c["seq"] == root.seq)
-        assert 500 in at_hang["missing"] and set(at_hang["members"]) == set(shown)  # every rank shown is a member
-        assert at_hang["members_total"] > len(shown) and set(at_hang["cells"]) == set(shown) - {500}
-        assert view["collectives"][-1]["seq"] >= root.seq  # the last collectives, the hang among them
+        shown = [r.rank for r in view.ranks]
+        assert shown[0] == 500 and len(shown) == 32 and view.ranks_total == 512 and view.ranks_truncated
+        assert view.pgs == (root.pg,) and {c.pg for c in view.collectives} == {root.pg}
+        at_hang = next(c for c in view.collectives if c.seq == root.seq)
+        assert 500 in at_hang.missing and set(at_hang.members) == set(shown)  # every rank shown is a member
+        assert at_hang.members_total > len(shown) and set(at_hang.cells) == set(shown) - {500}
+        assert view.collectives[-1].seq >= root.seq  # the last collectives, the hang among them
         chosen = fl.entries("big", 0, EntryFilter(ranks=(0, 1)))
-        assert [r["rank"] for r in chosen["ranks"]] == [0, 1] and not chosen["ranks_truncated"]
-        assert chosen["pgs"] is None and len({c["pg"] for c in chosen["collectives"]}) > 1  # every group of 0, 1
+        assert [r.rank for r in chosen.ranks] == [0, 1] and not chosen.ranks_truncated
+        assert chosen.pgs is None and len({c.pg for c in chosen.collectives}) > 1  # every group of 0, 1
     client = create_app(ServerConfig(settings)).test_client()
     page = client.get("/jobs/big/attempts/0/entries")
     assert page.status_code == 200 and len(page.data) < 400_000

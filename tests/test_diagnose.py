@@ -65,7 +65,7 @@ def test_diagnoses_are_stored_kept_current_and_queryable(tmp_path, corpus, views
     settings = Settings.resolve(tmp_path / "lake")
     # the hung attempt arrives without its culprit's dump first
     first = ingest([corpus / "job-223715/attempt-0/gpu-c04"], settings)
-    assert first.diagnosed and first.diagnosed[0]["verdict"] in {"healthy", "incomplete", "hang"}
+    assert first.diagnosed and first.diagnosed[0].verdict in {"healthy", "incomplete", "hang"}
     ingest([corpus / "job-223715"], settings)
     con = views(settings.lake)
     row = con.execute("SELECT verdict FROM incidents WHERE job = 'job-223715' AND attempt = 0").fetchone()

@@ -20,12 +20,12 @@ def test_the_hang_shows_the_member_that_never_enqueued_and_the_odd_stack(corpus_
     with Frlake(corpus_lake) as fl:
         view = fl.entries(*HANG)
         stacks = fl.stack_diff(*HANG)
-    (at_hang,) = [c for c in view["collectives"] if (c["pg"], c["seq"]) == ("1", 4)]
-    assert at_hang["members"] == [0, 1] and at_hang["missing"] == [1] and set(at_hang["cells"]) == {0}
-    assert [r["rank"] for r in view["ranks"]] == [0, 1, 2, 3]
-    odd = [g for g in stacks if g["odd_one_out"]]
-    assert [g["ranks"] for g in odd] == [[1]], stacks
-    assert stacks[0]["ranks"] == [0, 2, 3] and stacks[0]["op"] == "all_gather"
+    (at_hang,) = [c for c in view.collectives if (c.pg, c.seq) == ("1", 4)]
+    assert at_hang.members == (0, 1) and at_hang.missing == (1,) and set(at_hang.cells) == {0}
+    assert [r.rank for r in view.ranks] == [0, 1, 2, 3]
+    odd = [g for g in stacks if g.odd_one_out]
+    assert [g.ranks for g in odd] == [(1,)], stacks
+    assert stacks[0].ranks == (0, 2, 3) and stacks[0].op == "all_gather"
 
 
 def test_filters_by_rank_group_and_window(corpus_lake):
@@ -33,8 +33,8 @@ def test_filters_by_rank_group_and_window(corpus_lake):
 
     with Frlake(corpus_lake) as fl:
         view = fl.entries(*HANG, EntryFilter(ranks=(0, 1), pgs=("tp",), seq_from=3, seq_to=4))
-    assert [(c["pg_desc"], c["seq"]) for c in view["collectives"]] == [("tp", 3), ("tp", 4)]
-    assert [r["rank"] for r in view["ranks"]] == [0, 1]
+    assert [(c.pg_desc, c.seq) for c in view.collectives] == [("tp", 3), ("tp", 4)]
+    assert [r.rank for r in view.ranks] == [0, 1]
 
 
 def test_the_cli_and_the_api_give_the_same_view(corpus_lake):

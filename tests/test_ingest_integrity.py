@@ -43,7 +43,7 @@ def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     assert catalog.pending_diagnoses() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
     again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
     assert again.ingested == 0 and again.unchanged == 4
-    assert sorted((d["job"], d["attempt"]) for d in again.diagnosed) == [
+    assert sorted((d.job, d.attempt) for d in again.diagnosed) == [
         ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
     assert catalog.pending_diagnoses() == []
     assert catalog.diagnosis("job-223715", 0).verdict == "hang"

@@ -80,3 +80,26 @@ def test_the_server_reads_through_the_session_only():
     wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
                    if _under(m, "frlake.server") and (_under(i, "frlake.catalog") or i == "frlake.query.connect"))
     assert wrong == []
+
+
+def _returns_a_record_as_a_dict(annotation: ast.expr | None) -> bool:
+    """``-> dict``, ``-> dict | None``, ``-> list[dict]``: a record handed out as a bare dict. A mapping keyed
+    by something (``dict[str, pa.Table]``, frames by stack id) is a lookup, not a record."""
+    if annotation is None:
+        return False
+    text = ast.unparse(annotation).replace(" ", "")
+    return text in ("dict", "dict|None", "list[dict]", "tuple[dict,...]", "list[dict]|None")
+
+
+def test_the_session_and_the_query_layer_hand_out_typed_records():
+    """What the CLI and the server read (histories, facets, arrivals, entries, progress) are frozen
+    dataclasses, not dicts read by key. Report rows are the exception: their columns are the SQL's."""
+    wrong = []
+    for module, path in MODULES.items():
+        if not (_under(module, "frlake.query") or module == "frlake.session"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.name != "to_dict" \
+                    and _returns_a_record_as_a_dict(node.returns):
+                wrong.append(f"{module}.{node.name}")
+    assert sorted(wrong) == []

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -20,6 +20,9 @@ from frlake.cli._common import (
     print_detail,
 )
 from frlake.diagnose.words import hosts_text, ranks_text
+
+if TYPE_CHECKING:
+    from frlake.query.entries import Cell
 
 _STATE = {"completed": "C", "started": "S", "scheduled": "Q"}
 
@@ -51,41 +54,42 @@ def entries_command(
         lo, hi = _seq(seq)
         flt = EntryFilter(ranks=_ranks(ranks), pgs=tuple(pg) if pg else None, seq_from=lo, seq_to=hi)
         view = session.entries(job, attempt, flt)
-        diff = session.stack_diff(job, view["attempt"])
+        diff = session.stack_diff(job, view.attempt)
     if fmt is Format.json:
-        emit_json({**view, "stacks": diff})
+        emit_json({**view.to_dict(), "stacks": [g.to_dict() for g in diff]})
         return
-    ranks_shown = [r["rank"] for r in view["ranks"]]
+    ranks_shown = [r.rank for r in view.ranks]
     columns = ["pg", "seq", "op", "agree", *[f"r{r}" for r in ranks_shown]]
     rows = []
-    for c in view["collectives"]:
-        cells = [_cell(c["cells"].get(r), fmt) if r in c["members"] else "" for r in ranks_shown]
-        rows.append([f"{c['pg_desc'] or ''} {c['pg']}".strip(), c["seq"], c["op"], "yes" if c["agree"] else "NO",
+    for c in view.collectives:
+        cells = [_cell(c.cells.get(r), fmt) if r in c.members else "" for r in ranks_shown]
+        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.op, "yes" if c.agree else "NO",
                      *cells])
-    emit_rows(columns, rows, fmt, title=f"{view['job']} attempt {view['attempt']}: {len(rows)} collectives")
+    emit_rows(columns, rows, fmt, title=f"{view.job} attempt {view.attempt}: {len(rows)} collectives")
     if fmt is Format.table:
-        if view["truncated"]:
+        if view.truncated:
             console.print(f"[yellow]only the last {len(rows)} collectives (those nearest the hang) are shown: "
                           "narrow with --seq, --pg or --ranks[/]")
-        if view["ranks_truncated"]:
-            groups = f" in group {', '.join(view['pgs'])}" if view["pgs"] and not pg else ""
-            console.print(f"[yellow]ranks: {len(ranks_shown)} of {view['ranks_total']}, the culprits and the ranks "
+        if view.ranks_truncated:
+            groups = f" in group {', '.join(view.pgs)}" if view.pgs and not pg else ""
+            console.print(f"[yellow]ranks: {len(ranks_shown)} of {view.ranks_total}, the culprits and the ranks "
                           f"nearest them{escape(groups)}: choose others with --ranks and --pg[/]")
         console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
         for g in diff[:20]:
-            print_detail(f"rank{'s' if len(g['ranks']) > 1 else ''} {ranks_text(g['ranks'])} ({hosts_text(g['hosts']) or 'unknown host'}): "
-                         f"{g['op'] or '?'} in {g['pg_desc'] or ''} {g['pg'] or ''} at {g['top_frame'] or 'no stack'}",
-                         lead="another frame than the rest: " if g["odd_one_out"] else "")
+            print_detail(f"rank{'s' if len(g.ranks) > 1 else ''} {ranks_text(g.ranks)} "
+                         f"({hosts_text(g.hosts) or 'unknown host'}): "
+                         f"{g.op or '?'} in {g.pg_desc or ''} {g.pg or ''} at {g.top_frame or 'no stack'}",
+                         lead="another frame than the rest: " if g.odd_one_out else "")
         if len(diff) > 20:
             console.print(f"  ... and {len(diff) - 20} more stacks (-f json lists them all)")
 
 
-def _cell(cell: dict | None, fmt: Format) -> str:
+def _cell(cell: Cell | None, fmt: Format) -> str:
     if cell is None:
         return "-"
     if fmt is Format.table:
-        return f"{_STATE.get(cell['state'], '?')}{cell['late_ms']:+.1f}"
-    return f"{cell['state']} {cell['late_ms']} {cell['sizes']}"
+        return f"{_STATE.get(cell.state, '?')}{cell.late_ms:+.1f}"
+    return f"{cell.state} {cell.late_ms} {cell.sizes}"
 
 
 def _ranks(text: str | None) -> tuple[int, ...] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -25,6 +25,9 @@ from frlake.cli._common import (
 )
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
+
+if TYPE_CHECKING:
+    from frlake.entities import Brief
 
 # Exit statuses a cron job can act on (README "Commands", docs/security.md).
 EXIT_OK = 0  # every file found was ingested, already present or unchanged
@@ -100,7 +103,7 @@ def ingest_command(
                    "rejected_by_reason", "diagnosed"]
         emit_rows(columns, [[summary.run_id, summary.ingested, summary.already_present, summary.unchanged,
                              summary.rejected, summary.entries, round(summary.seconds, 3), summary.rejected_by_reason,
-                             [{"job": d["job"], "attempt": d["attempt"], "verdict": d["verdict"]}
+                             [{"job": d.job, "attempt": d.attempt, "verdict": d.verdict}
                               for d in summary.diagnosed]]], fmt)
         raise typer.Exit(exit_status(summary))
     if not quiet:
@@ -135,7 +138,7 @@ def _print_summary(summary) -> None:
         _print_diagnosed(summary.diagnosed)
 
 
-def _print_diagnosed(diagnosed: list[dict]) -> None:
+def _print_diagnosed(diagnosed: list[Brief]) -> None:
     """The attempts this run diagnosed, each with its verdict and root cause, or its suspects when the data
     cannot tell (the summary lists an attempt's first culprits only: a third is "and more"), the unhealthy
     ones first."""
@@ -143,15 +146,15 @@ def _print_diagnosed(diagnosed: list[dict]) -> None:
 
     rows = []
     for d in diagnosed:
-        roots = [c for c in d["culprits"] if c.get("role") == "root"]
-        suspects = [] if roots else [c for c in d["culprits"] if c.get("role") == "suspect"]
+        roots = [c for c in d.culprits if c.role == "root"]
+        suspects = [] if roots else [c for c in d.culprits if c.role == "suspect"]
         roots = roots or suspects
-        cause = ", ".join(f"rank {c['rank']} on {c.get('host') or ' or '.join(c.get('hosts_claimed') or ['?'])}"
-                          f"{' (inferred)' if c.get('host_inferred') else ''}"
+        cause = ", ".join(f"rank {c.rank} on {c.host or ' or '.join(c.hosts_claimed or ['?'])}"
+                          f"{' (inferred)' if c.host_inferred else ''}"
                           for c in roots[:2])
         if suspects:
             cause = f"suspect{'s' if len(suspects) > 1 else ''}: {cause}"
-        rows.append([d["job"], d["attempt"], d["verdict"], cause + (" and more" if len(roots) > 2 else "")])
+        rows.append([d.job, d.attempt, d.verdict, cause + (" and more" if len(roots) > 2 else "")])
     rows.sort(key=lambda r: (r[2] == "healthy", r[0], r[1]))
     console.print(f"diagnosed {len(rows)} attempt{'s' if len(rows) != 1 else ''}:", highlight=False)
     sys.stdout.write(render(["job", "attempt", "verdict", "root cause"], rows, max_rows=20))

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from frlake.catalog.store import Catalog, FileRecord, FileState, LakeFileSpec
+from frlake.entities import Brief
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
@@ -86,13 +87,13 @@ class IngestSummary:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_files: list[dict] = field(default_factory=list)
     ingested_files: list[dict] = field(default_factory=list)
-    diagnosed: list[dict] = field(default_factory=list)
+    diagnosed: list[Brief] = field(default_factory=list)  # the attempts the session diagnosed after the run
     conflicts: list[dict] = field(default_factory=list)  # ranks of touched attempts claimed by several dumps
     touched: list[tuple[str, int]] = field(default_factory=list)  # the attempts that received dumps
     compacted: int = 0  # Parquet files merged by the compaction after the run
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"diagnosed": [b.to_dict() for b in self.diagnosed]}
 
 
 Progress = Callable[[int, int], None]

@@ -6,12 +6,114 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import duckdb
 
 from frlake.entities import Culprit, Diagnosis
+from frlake.values import Record
 
 MAX_GROUPS_LISTED = 64  # groups offered to pick from (the culprits' first, then the largest)
+
+
+@dataclass(frozen=True)
+class GroupChoice(Record):
+    """A process group the arrivals chart can show."""
+
+    pg: str
+    pg_desc: str | None
+    size: int
+    culprit: bool  # a culprit of the diagnosis is in it
+
+
+@dataclass(frozen=True)
+class CulpritMark(Record):
+    """A culprit as the arrivals chart marks it."""
+
+    rank: int
+    host: str | None
+    role: str
+    reason: str
+    pg: str | None
+    seq: int | None
+    op: str | None
+    waiters: int | None
+
+
+@dataclass(frozen=True)
+class Focus(Record):
+    """The collective the chart is centred on: the root culprit's."""
+
+    rank: int
+    pg: str | None
+    seq: int | None
+    op: str | None
+
+
+@dataclass(frozen=True)
+class ArrivalsWindow:
+    """Which arrivals to show: a group (None: the root culprit's, else the largest), ``last`` collectives
+    (``seq_from``..``seq_to``, or centred on ``around``, else up to the culprit's), at most ``max_ranks``."""
+
+    pg: str | None = None
+    last: int = 40
+    max_ranks: int = 256
+    seq_from: int | None = None
+    seq_to: int | None = None
+    around: int | None = None
+
+
+@dataclass(frozen=True)
+class Arrivals(Record):
+    """Who arrived late or never at a window of one group's collectives (:func:`arrivals`). ``late_ms`` and
+    ``created_ms``: one row per rank of ``ranks``, one cell per sequence id of ``seqs`` (None: no entry)."""
+
+    job: str
+    attempt: int
+    pg: str | None
+    pg_desc: str | None = None
+    seqs: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
+    late_ms: tuple[tuple[float | None, ...], ...] = ()
+    missing: tuple[tuple[int, int], ...] = ()  # (rank, seq) a rank that dumped has no entry for
+    no_dump: tuple[int, ...] = ()  # ranks shown that left no dump: their arrival is unknown
+    groups: tuple[GroupChoice, ...] = ()
+    groups_total: int = 0
+    culprits: tuple[CulpritMark, ...] = ()
+    waiting: tuple[int, ...] = ()
+    focus: Focus | None = None
+    members: int = 0
+    ranks_total: int = 0
+    ranks_truncated: bool = False
+    seqs_total: int = 0
+    seq_window: tuple[int, int] | None = None
+    t0_ns: int | None = None
+    created_ms: tuple[tuple[float | None, ...], ...] = ()
+    error: str | None = None  # why the window asked for could not be shown (a page shows the default one)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if self.error is None:
+            del d["error"]
+        return d
+
+
+@dataclass(frozen=True)
+class RankProgress(Record):
+    rank: int
+    host: str | None
+    last_enqueued: int | None
+    last_started: int | None
+    last_completed: int | None
+
+
+@dataclass(frozen=True)
+class GroupProgress(Record):
+    """Where each rank of one process group stands (:func:`progress`)."""
+
+    pg: str
+    pg_desc: str | None
+    ranks: tuple[RankProgress, ...]
 
 
 def neighbourhood(members: Sequence[int], centre: Sequence[int], n: int) -> list[int]:
@@ -56,9 +158,8 @@ def _contains(sorted_list: Sequence[int], value: int) -> bool:
     return i < len(sorted_list) and sorted_list[i] == value
 
 
-def _culprit_dicts(culprits: Sequence[Culprit]) -> list[dict]:
-    return [{"rank": c.rank, "host": c.host, "role": c.role, "reason": c.reason, "pg": c.pg, "seq": c.seq,
-             "op": c.op, "waiters": c.waiters} for c in culprits]
+def _culprit_marks(culprits: Sequence[Culprit]) -> tuple[CulpritMark, ...]:
+    return tuple(CulpritMark(c.rank, c.host, c.role, c.reason, c.pg, c.seq, c.op, c.waiters) for c in culprits)
 
 
 def _members(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str,
@@ -106,13 +207,12 @@ def _all_groups(con: duckdb.DuckDBPyConnection, job: str, attempt: int,
     ).fetchall()
 
 
-def _groups_offered(groups: list[tuple[str, str | None, int]], culprit_pgs: list[str]) -> list[dict]:
+def _groups_offered(groups: list[tuple[str, str | None, int]], culprit_pgs: list[str]) -> tuple[GroupChoice, ...]:
     """The groups a caller may pick (at most ``MAX_GROUPS_LISTED``): the
     culprits' first, then the largest."""
     first = {pg: i for i, pg in enumerate(culprit_pgs)}
     ranked = sorted(groups, key=lambda g: (first.get(g[0], len(first)), -(g[2] or 0), g[1] or "", _natural(g[0])))
-    return [{"pg": pg, "pg_desc": desc, "size": size or 0, "culprit": pg in first}
-            for pg, desc, size in ranked[:MAX_GROUPS_LISTED]]
+    return tuple(GroupChoice(pg, desc, size or 0, pg in first) for pg, desc, size in ranked[:MAX_GROUPS_LISTED])
 
 
 def _natural(name: str) -> tuple:
@@ -123,23 +223,23 @@ class UnknownGroup(LookupError):
     """The attempt has no process group by that name."""
 
 
-def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | None = None,
-             last: int = 40, max_ranks: int = 256, *, diagnosis: Diagnosis | None = None,
-             seq_from: int | None = None, seq_to: int | None = None, around: int | None = None) -> dict:
+def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, window: ArrivalsWindow = ArrivalsWindow(),
+             diagnosis: Diagnosis | None = None) -> Arrivals:
     """Lateness (ms after the first member) of ranks of one process group at
     ``last`` of its collectives, who never arrived (``missing``: ranks whose
     dump lacks the collective) and which ranks left no dump (``no_dump``:
     their arrival is unknown); with the groups to choose another (``groups``,
     the culprits' first, then the largest; ``groups_total`` in all).
 
-    The group: ``pg``, else the root culprit's, else the largest; a ``pg``
-    the attempt does not have is an ``UnknownGroup``. The collectives:
+    The group: ``window.pg``, else the root culprit's, else the largest; a
+    group the attempt does not have is an ``UnknownGroup``. The collectives:
     ``seq_from``..``seq_to`` (the last ``last`` of them), or ``last`` centred
     on ``around``, or by default the ``last`` up to the culprit's sequence id
     (and a few after), else the last ones. The ranks (at most ``max_ranks``):
     the culprits of the group and the members nearest them, then the ranks
     that miss a collective of the window; with no culprit, the ranks that
     miss one, then the lowest."""
+    pg, last, max_ranks = window.pg, window.last, window.max_ranks
     params = {"job": job, "attempt": attempt}
     culprits = list(diagnosis.culprits) if diagnosis is not None else _stored_culprits(con, job, attempt)
     culprit_pgs = list(dict.fromkeys(c.pg for c in culprits if c.pg is not None))
@@ -147,15 +247,12 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
     names = {g[0] for g in every}
     groups = _groups_offered(every, [p for p in culprit_pgs if p in names])
     if pg is not None and pg not in names:
-        listed = ", ".join(f"{g['pg']} ({g['pg_desc']})" for g in groups) or "none"
+        listed = ", ".join(f"{g.pg} ({g.pg_desc})" for g in groups) or "none"
         more = f" and {len(every) - len(groups):,} more" if len(every) > len(groups) else ""
         raise UnknownGroup(f"attempt {attempt} of job {job!r} has no process group {pg!r}; it has {listed}{more}")
     if pg is None:
-        pg = next((p for p in culprit_pgs if p in names), groups[0]["pg"] if groups else None)
-    empty = {"pg": pg, "pg_desc": None, "seqs": [], "ranks": [], "late_ms": [], "missing": [], "no_dump": [],
-             "groups": groups, "groups_total": len(every), "culprits": [], "waiting": [], "focus": None,
-             "members": 0, "ranks_total": 0, "ranks_truncated": False, "seqs_total": 0, "seq_window": None,
-             "t0_ns": None, "created_ms": []}
+        pg = next((p for p in culprit_pgs if p in names), groups[0].pg if groups else None)
+    empty = Arrivals(job, attempt, pg, groups=groups, groups_total=len(every))
     if pg is None:
         return empty
     params |= {"pg": pg}
@@ -167,10 +264,10 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
            AND NOT is_p2p AND collective_seq_id IS NOT NULL ORDER BY 1""",
         params,
     ).fetchall()]
-    seqs = _seq_window(all_seqs, last, seq_from, seq_to, around, focus.seq if focus else None)
+    seqs = _seq_window(all_seqs, last, window.seq_from, window.seq_to, window.around, focus.seq if focus else None)
     members = _members(con, job, attempt, pg, diagnosis)
     if not seqs:
-        return {**empty, "pg_desc": pg_desc, "members": len(members), "ranks_total": len(members)}
+        return replace(empty, pg_desc=pg_desc, members=len(members), ranks_total=len(members))
     params |= {"lo": seqs[0], "hi": seqs[-1]}
     window = """
         e AS (
@@ -211,24 +308,23 @@ def arrivals(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pg: str | N
                            params | {"ranks": ranks}).fetchall()
     shown_ranks = set(ranks)
     grid = {(r[0], r[1]): r for r in rows if r[0] in shown_ranks}
-    late = [[grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs] for rank in ranks]
-    created = [[round((grid[(rank, seq)][4] - t0) / 1e6, 3) if (rank, seq) in grid and t0 is not None
-                else None for seq in seqs] for rank in ranks]
-    no_dump = [rank for rank in ranks if rank not in dumped]  # unknown, not "never arrived": nothing says
-    missing = [[rank, seq] for rank in ranks if rank in dumped for seq in seqs if (rank, seq) not in grid]
+    late = tuple(tuple(grid[(rank, seq)][3] if (rank, seq) in grid else None for seq in seqs) for rank in ranks)
+    created = tuple(tuple(round((grid[(rank, seq)][4] - t0) / 1e6, 3) if (rank, seq) in grid and t0 is not None
+                          else None for seq in seqs) for rank in ranks)
+    no_dump = tuple(rank for rank in ranks if rank not in dumped)  # unknown, not "never arrived": nothing says
+    missing = tuple((rank, seq) for rank in ranks if rank in dumped for seq in seqs if (rank, seq) not in grid)
     shown = set(ranks)
     culprit_ranks = {c.rank for c in in_pg}
     waiting = sorted(r for r in ranks if focus is not None and focus.seq is not None and (r, focus.seq) in grid
                      and r not in culprit_ranks)
-    return {
-        **empty, "pg_desc": pg_desc or min((d for *_, d in per_rank if d is not None), default=None),
-        "seqs": seqs, "ranks": ranks, "late_ms": late, "missing": missing, "no_dump": no_dump,
-        "culprits": [c for c in _culprit_dicts(in_pg) if c["rank"] in shown],
-        "waiting": waiting,
-        "focus": None if focus is None else {"rank": focus.rank, "pg": focus.pg, "seq": focus.seq, "op": focus.op},
-        "members": len(members), "ranks_total": len(candidates), "ranks_truncated": len(ranks) < len(candidates),
-        "seqs_total": len(all_seqs), "seq_window": [seqs[0], seqs[-1]], "t0_ns": t0, "created_ms": created,
-    }
+    return replace(
+        empty, pg_desc=pg_desc or min((d for *_, d in per_rank if d is not None), default=None),
+        seqs=tuple(seqs), ranks=tuple(ranks), late_ms=late, missing=missing, no_dump=no_dump,
+        culprits=tuple(c for c in _culprit_marks(in_pg) if c.rank in shown), waiting=tuple(waiting),
+        focus=None if focus is None else Focus(focus.rank, focus.pg, focus.seq, focus.op),
+        members=len(members), ranks_total=len(candidates), ranks_truncated=len(ranks) < len(candidates),
+        seqs_total=len(all_seqs), seq_window=(seqs[0], seqs[-1]), t0_ns=t0, created_ms=created,
+    )
 
 
 def _seq_window(all_seqs: list[int], last: int, lo: int | None, hi: int | None, around: int | None,
@@ -262,17 +358,8 @@ def _stored_culprits(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> 
             for r, h, reason, role, pg, d, s, op in rows]
 
 
-def page_groups(groups: list[dict], culprits: Sequence[dict], limit: int = 200) -> list[dict]:
-    """The groups a page lists when there are thousands (16,384 ranks make
-    ~10,000): the culprits' groups, then those with ranks behind, then the
-    largest; at most ``limit``."""
-    first = {c.get("pg"): i for i, c in enumerate(culprits) if c.get("pg") is not None}
-    ranked = sorted(groups, key=lambda g: (first.get(g["pg"], len(first)), not g.get("behind"),
-                                           -len(g.get("ranks") or ()), g["pg"]))
-    return ranked[:limit]
-
-
-def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pgs: Sequence[str] | None = None) -> list[dict]:
+def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int,
+             pgs: Sequence[str] | None = None) -> tuple[GroupProgress, ...]:
     """Per process group and rank: the last collective sequence id enqueued,
     started and completed (from the entries, and from pg_status where the
     dump has it), so a stalled group shows who is behind."""
@@ -297,9 +384,7 @@ def progress(con: duckdb.DuckDBPyConnection, job: str, attempt: int, pgs: Sequen
         """,
         {"job": job, "attempt": attempt, "pgs": None if pgs is None else list(pgs)},
     ).fetchall()
-    groups: dict[str, dict] = {}
+    groups: dict[str, tuple[str | None, list[RankProgress]]] = {}
     for pg, desc, rank, host, enq, started, completed in rows:
-        g = groups.setdefault(pg, {"pg": pg, "pg_desc": desc, "ranks": []})
-        g["ranks"].append({"rank": rank, "host": host, "last_enqueued": enq, "last_started": started,
-                           "last_completed": completed})
-    return list(groups.values())
+        groups.setdefault(pg, (desc, []))[1].append(RankProgress(rank, host, enq, started, completed))
+    return tuple(GroupProgress(pg, desc, tuple(ranks)) for pg, (desc, ranks) in groups.items())

@@ -23,7 +23,7 @@ evidence and the arithmetic (``--explain HOST`` prints it).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from frlake.query.window import Window
+    from frlake.values import Row
 
 FAMILY = {"missing": "hang", "no_dump": "hang", "straggler": "straggler"}  # the rest: mismatch
 
@@ -90,7 +91,7 @@ _USAGE = """
 
 
 def drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None,
-          policy: DrainPolicy = DrainPolicy()) -> list[dict]:
+          policy: DrainPolicy = DrainPolicy()) -> list[Row]:
     """Hosts with any evidence, highest score first; each row: host, score,
     action, incidents, the GPUs (local ranks) involved, and the evidence."""
     since, until = window.bounds_ns()
@@ -168,14 +169,10 @@ def explain(row: dict, policy: DrainPolicy = DrainPolicy()) -> str:
     return "\n".join(lines)
 
 
-def policy_dict(policy: DrainPolicy) -> dict:
-    return {k: v for k, v in asdict(policy).items() if k != "now"}
-
-
 def _iso(ns: int | None) -> str | None:
     if ns is None:
         return None
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="seconds")
 
 
-__all__ = ["DrainPolicy", "drain", "explain", "policy_dict", "slurm_exclude"]
+__all__ = ["DrainPolicy", "drain", "explain", "slurm_exclude"]

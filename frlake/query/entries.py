@@ -12,6 +12,7 @@ import duckdb
 from frlake.entities import Diagnosis
 from frlake.query.attempt import near_the_culprits
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, Relations, listed_members, member_lists
+from frlake.values import Record
 
 MAX_ROWS = 2_000  # collectives shown at most, the last ones (a window of sequence ids narrows it)
 MAX_RANKS = 32  # ranks shown when none are chosen: all of a small attempt, else the culprits and their neighbours
@@ -41,8 +42,55 @@ class EntryFilter:
         return start, end
 
 
+@dataclass(frozen=True)
+class Cell(Record):
+    """One rank's entry for one collective."""
+
+    op: str | None
+    state: str | None
+    sizes: str | None
+    dtypes: str | None
+    late_ms: float | None  # after the first member's
+
+
+@dataclass(frozen=True)
+class Collective(Record):
+    """One collective with a cell per rank shown that has an entry for it."""
+
+    pg: str
+    pg_desc: str | None
+    seq: int
+    cells: dict[int, Cell]  # by rank
+    op: str  # the ops the ranks recorded, "/"-joined where they differ
+    agree: bool  # every cell has the same op, sizes and dtypes
+    missing: tuple[int, ...]  # members shown without an entry
+    members: tuple[int, ...]  # members shown
+    members_total: int
+
+
+@dataclass(frozen=True)
+class RankShown(Record):
+    rank: int
+    host: str | None
+
+
+@dataclass(frozen=True)
+class SideBySide(Record):
+    """An attempt's collectives with the chosen ranks side by side (:func:`side_by_side`)."""
+
+    job: str
+    attempt: int
+    ranks: tuple[RankShown, ...]
+    pgs: tuple[str, ...] | None
+    ranks_total: int
+    ranks_truncated: bool
+    collectives: tuple[Collective, ...]
+    truncated: bool  # more collectives matched than shown
+
+
 def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: EntryFilter = EntryFilter(),
-                 limit: int = MAX_ROWS, *, diagnosis: Diagnosis | None = None, max_ranks: int = MAX_RANKS) -> dict:
+                 limit: int = MAX_ROWS, *, diagnosis: Diagnosis | None = None,
+                 max_ranks: int = MAX_RANKS) -> SideBySide:
     """The attempt's collectives (in the filter) with one cell per rank shown:
     its op, state, sizes and arrival (ms after the first member), or nothing
     where the rank has no entry for it. Without ``flt.ranks``, an attempt of
@@ -104,24 +152,20 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
         params | {"ranks": shown, "pgs": sorted(pgs) if pgs is not None else None, "lo": flt.seq_from,
                   "hi": flt.seq_to, "limit": limit},
     ).fetchall()
-    collectives: dict[tuple[str, int], dict] = {}
+    found: dict[tuple[str, int], tuple[str | None, dict[int, Cell]]] = {}
     for pg, desc, seq, rank, _host, op, state, sizes, dtypes, late in rows:
-        c = collectives.setdefault((pg, seq), {"pg": pg, "pg_desc": desc, "seq": seq, "ops": set(), "cells": {}})
-        c["ops"].add(op)
-        c["cells"][rank] = {"op": op, "state": state, "sizes": sizes, "dtypes": dtypes, "late_ms": late}
+        found.setdefault((pg, seq), (desc, {}))[1][rank] = Cell(op, state, sizes, dtypes, late)
     in_view = set(shown)
     out = []
-    for c in collectives.values():
-        ops = sorted(o for o in c.pop("ops") if o is not None)
-        group = members.get(c["pg"], set()) | set(c["cells"])
-        out.append({**c, "op": "/".join(ops), "agree": len({(v["op"], v["sizes"], v["dtypes"])
-                                                           for v in c["cells"].values()}) == 1,
-                    "missing": [r for r in shown if r not in c["cells"] and r in group],
-                    "members": sorted(group & in_view), "members_total": len(group)})
-    return {"job": job, "attempt": attempt, "ranks": [{"rank": r, "host": hosts.get(r)} for r in shown],
-            "pgs": sorted(pgs) if pgs is not None else None,
-            "ranks_total": len(candidates), "ranks_truncated": not flt.ranks and len(shown) < len(candidates),
-            "collectives": out, "truncated": len(collectives) >= limit}
+    for (pg, seq), (desc, cells) in found.items():
+        group = members.get(pg, set()) | set(cells)
+        out.append(Collective(
+            pg, desc, seq, cells, "/".join(sorted({c.op for c in cells.values() if c.op is not None})),
+            len({(c.op, c.sizes, c.dtypes) for c in cells.values()}) == 1,
+            tuple(r for r in shown if r not in cells and r in group), tuple(sorted(group & in_view)), len(group)))
+    return SideBySide(job, attempt, tuple(RankShown(r, hosts.get(r)) for r in shown),
+                      tuple(sorted(pgs)) if pgs is not None else None, len(candidates),
+                      not flt.ranks and len(shown) < len(candidates), tuple(out), len(found) >= limit)
 
 
 def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]]:

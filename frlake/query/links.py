@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from frlake.query.vocabulary import Relations
+    from frlake.values import Row
 
 Z = 1.96
 SLOW = 1.5  # a collective at least this many times its siblings' median counts as slow
@@ -135,7 +136,7 @@ SLOW_LINKS = f"""
 """
 
 
-def slow_link_verdict(row: dict) -> dict:
+def slow_link_verdict(row: Row) -> Row:
     """``verdict``: ``slow_link`` only for a slowdown of 1.5x or more seen in
     at least two attempts and eight collectives with a confidence above one
     half; hosts seen once, or only beside a slow host, stay ``ok``."""

@@ -26,6 +26,7 @@ from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS
 from frlake.query.drain import DrainPolicy, drain
 from frlake.query.links import SLOW_LINKS, slow_link_verdict
 from frlake.query.window import Window
+from frlake.values import ReportRows, Row
 
 Z = 1.96  # 95% Wilson lower bound
 _INCIDENTS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)  # the verdicts of attempts that stopped
@@ -38,14 +39,6 @@ _ATTEMPTS = """
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
     )
 """
-
-
-class ReportRows(list):
-    """A report's rows (dicts), and its columns even when there is no row."""
-
-    def __init__(self, rows: list[dict], columns: list[str]):
-        super().__init__(rows)
-        self.columns = columns
 
 
 # Hosts by how often they were the root cause, relative to how often they were used: ``score`` is the 95%
@@ -156,10 +149,10 @@ class Report:
     page: str  # the web page's template
     nav: str  # its name in the web UI's navigation
     views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
-    finish: Callable[[dict], dict] | None = None  # what every engine does to each row after the SQL
+    finish: Callable[[Row], Row] | None = None  # what every engine does to each row after the SQL
     # A report that is more than one SQL statement (a policy over several queries): computed from a DuckDB
     # connection, ``compute(con, window, limit, **params)``; ``sql`` is then empty.
-    compute: Callable[..., list[dict]] | None = None
+    compute: Callable[..., list[Row]] | None = None
     # Tested on every engine (frlake.engines): the SQL alone, portable. The others run on DuckDB only.
     portable: bool = True
 
@@ -177,7 +170,7 @@ class Report:
         return ReportRows(rows, list(rows[0]) if rows else list(columns))
 
     def run(self, con: duckdb.DuckDBPyConnection, window: Window = Window(), limit: int | None = None,
-            **params) -> list[dict]:
+            **params) -> ReportRows:
         """The report's rows on a DuckDB connection with frlake's views
         (``params`` go to a computed report: drain's ``policy``)."""
         if self.compute is not None:
@@ -187,7 +180,7 @@ class Report:
         return self.rows([d[0] for d in cur.description], cur.fetchall())
 
 
-def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None, policy=None) -> list[dict]:
+def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = None, policy=None) -> ReportRows:
     return drain(con, window, limit, policy or DrainPolicy())
 
 

@@ -11,7 +11,7 @@ from flask.json.provider import DefaultJSONProvider
 
 from frlake.server.config import ServerConfig
 from frlake.session import Frlake
-from frlake.values import plain
+from frlake.values import Record, plain
 
 
 class _JSON(DefaultJSONProvider):
@@ -19,6 +19,8 @@ class _JSON(DefaultJSONProvider):
 
     @staticmethod
     def default(o):
+        if isinstance(o, Record):
+            return o.to_dict()
         value = plain(o)
         return DefaultJSONProvider.default(o) if value is o else value
 

@@ -10,7 +10,7 @@ from flask import Blueprint, Response, current_app, jsonify, request, stream_wit
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import UnknownGroup
-from frlake.query.history import attempt_dict
+from frlake.query.history import AttemptSummary, HostHistory
 from frlake.query.reports import REPORTS
 from frlake.server.context import attempt_facets, config, lake, sandbox, session, upload_budget
 from frlake.server.errors import ApiError
@@ -70,12 +70,11 @@ def jobs():
     total, rows = session().list_attempts(**args)
     grouped: dict[str, list] = {}
     for a in rows:
-        grouped.setdefault(a.job, []).append(attempt_dict(a))
+        grouped.setdefault(a.job, []).append(AttemptSummary.of(a))
     facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
     return jsonify({"total_attempts": total, "page": page, "per_page": per_page,
                     "jobs": [{"job": j, "attempts": atts} for j, atts in grouped.items()],
-                    "attempts": [attempt_dict(a) for a in rows],
-                    "facets": {k: [{"value": v, "count": n} for v, n in counts] for k, counts in facets.items()}})
+                    "attempts": [AttemptSummary.of(a) for a in rows], "facets": facets})
 
 
 @bp.get("/jobs/<path:job>")
@@ -107,7 +106,7 @@ def attempt_diagnosis(job: str, attempt: int):
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view, stacks = entries_view(job, attempt)
-    return jsonify({**view, "stacks": stacks})
+    return jsonify({**view.to_dict(), "stacks": stacks})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")
@@ -156,7 +155,7 @@ def host(host: str):
     return jsonify(known_host(host))
 
 
-def known_host(host: str) -> dict:
+def known_host(host: str) -> HostHistory:
     """The host's history; a 404 that names hosts there are if the lake never saw it."""
     h = session().host_history(host, lake())
     if h is None:
@@ -220,14 +219,15 @@ def upload():
     from flask import url_for
 
     touched = sorted({(f["job"], f["attempt"]) for f in summary.ingested_files if f.get("job") is not None})
-    diagnosed = {(d["job"], d["attempt"]): d for d in summary.diagnosed}
+    diagnosed = {(d.job, d.attempt): d for d in summary.diagnosed}
     attempts = [{"job": j, "attempt": a, "url": url_for("ui.attempt", job=j, attempt=a),
-                 "verdict": diagnosed.get((j, a), {}).get("verdict"), "summary": diagnosed.get((j, a), {}).get("summary")}
+                 "verdict": diagnosed[(j, a)].verdict if (j, a) in diagnosed else None,
+                 "summary": diagnosed[(j, a)].summary if (j, a) in diagnosed else None}
                 for j, a in touched]
     return jsonify({
         "ingested": summary.ingested, "already_present": summary.already_present, "rejected": summary.rejected,
         "files": summary.ingested_files, "rejected_files": [_in_form_words(f) for f in summary.rejected_files],
-        "diagnosed": summary.diagnosed, "attempts": attempts,
+        "diagnosed": [d.to_dict() for d in summary.diagnosed], "attempts": attempts,
     }), 201 if summary.ingested else 200
 
 

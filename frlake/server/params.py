@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
 from flask import request, url_for
 
@@ -12,6 +13,11 @@ from frlake.entities import REASONS, VERDICTS, Diagnosis
 from frlake.query.window import Window, parse_when
 from frlake.server.context import config, lake, memoized, session
 from frlake.server.errors import ApiError
+
+if TYPE_CHECKING:
+    from frlake.diagnose.standing import StackGroup
+    from frlake.query.attempt import Arrivals, GroupProgress
+    from frlake.query.entries import SideBySide
 
 
 def when_arg(name: str) -> date | datetime | None:
@@ -98,8 +104,8 @@ def diagnosis(job: str, attempt: int) -> Diagnosis:
     return memoized("diagnosis", (job, attempt), lambda: session().stored_diagnosis(job, attempt))
 
 
-def progress(job: str, attempt: int, pgs: list[str] | None = None) -> list[dict]:
-    """Per group and rank, the last sequence ids (shared: sort a copy)."""
+def progress(job: str, attempt: int, pgs: list[str] | None = None) -> tuple[GroupProgress, ...]:
+    """Per group and rank, the last sequence ids."""
     return memoized("progress", (job, attempt, None if pgs is None else tuple(pgs)),
                     lambda: session().progress(job, attempt, pgs, con=lake()))
 
@@ -116,8 +122,8 @@ def entry_filter():
     return EntryFilter(ranks=ranks, pgs=pg_list(), seq_from=lo_seq, seq_to=hi_seq)
 
 
-def entries_view(job: str, attempt: int) -> tuple[dict, list[dict]]:
-    """The side-by-side view for the request's filter and where each rank stands (shared: not to be changed).
+def entries_view(job: str, attempt: int) -> tuple[SideBySide, tuple[StackGroup, ...]]:
+    """The side-by-side view for the request's filter and where each rank stands.
     Where the ranks stand reads the whole attempt (most of the cost on a large one): once per catalog version."""
     flt = entry_filter()
     view = memoized("entries", (job, attempt, flt), lambda: session().entries(job, attempt, flt))
@@ -144,8 +150,9 @@ def rank_list(name: str = "ranks") -> tuple[int, ...] | None:
     return tuple(sorted(set(ranks))) or None
 
 
-def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict:
-    """The arrivals of one group: ?pg=NAME, ?last=N, and ?seq=A:B or ?around=N."""
+def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> Arrivals:
+    """The arrivals of one group: ?pg=NAME, ?last=N, ?max_ranks=N, and ?seq=A:B or ?around=N."""
+    from frlake.query.attempt import ArrivalsWindow
     from frlake.query.entries import EntryFilter
 
     try:
@@ -155,11 +162,12 @@ def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> dict
     around = request.args.get("around")
     if around and (seq[0] is not None or seq[1] is not None):
         raise ApiError(400, "bad_request", "give 'seq' or 'around', not both")
-    pg, last, max_ranks = request.args.get("pg") or None, int_arg("last", 40, 1, 500), int_arg("max_ranks", 256, 1, 2048)
-    around = int_arg("around", 0, 0, 2**62) if around else None
+    window = ArrivalsWindow(request.args.get("pg") or None, int_arg("last", 40, 1, 500),
+                            int_arg("max_ranks", 256, 1, 2048), seq[0], seq[1],
+                            int_arg("around", 0, 0, 2**62) if around else None)
     # centred on the stored diagnosis, which is the same at one catalog version
-    return memoized("arrivals", (job, attempt, pg, last, max_ranks, seq, around), lambda: session().arrivals(
-        job, attempt, pg, last=last, max_ranks=max_ranks, seq=seq, around=around, diagnosis=diag, con=lake()))
+    return memoized("arrivals", (job, attempt, window),
+                    lambda: session().arrivals(job, attempt, window, diagnosis=diag, con=lake()))
 
 
 def trace_window():

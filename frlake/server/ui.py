@@ -3,9 +3,13 @@ its CSV and JSON export (tables.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from flask import Blueprint, current_app, request
 
 from frlake.entities import REASONS, VERDICTS
+from frlake.query.attempt import Arrivals
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
 from frlake.server.context import attempt_facets, config, lake, session
@@ -53,19 +57,17 @@ def jobs():
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
 def attempt(job: str, attempt: int):
-    from frlake.query.attempt import page_groups
-
     diag = diagnosis(job, attempt)
     d = diag.to_dict()
     exporting = bool(request.args.get("_format"))
     every_group = d["groups"]
     # thousands of groups at 16,384 ranks: the page lists the culprits' groups first, then those behind
-    d["groups_total"], d["groups"] = len(every_group), page_groups(every_group, d["culprits"])
+    d["groups_total"], d["groups"] = len(every_group), _page_groups(every_group, d["culprits"])
     shown = None if exporting else [g["pg"] for g in d["groups"][:PROGRESS_GROUPS]]  # an export has every group
     groups = progress(job, attempt, shown)
     if shown is not None:  # in the page's order: the culprits' groups first
         order = {pg: i for i, pg in enumerate(shown)}
-        groups = sorted(groups, key=lambda g: order.get(g["pg"], len(order)))
+        groups = sorted(groups, key=lambda g: order.get(g.pg, len(order)))
     tables = [
         Export("culprits", ["position", "rank", "host", "reason", "role", "pg", "pg_desc", "seq", "op", "waiters",
                             "waiting_for", "waited_by"],
@@ -75,15 +77,25 @@ def attempt(job: str, attempt: int):
         Export("groups", ["pg", "pg_desc", "members", "frontier", "behind"],
                [[g["pg"], g["pg_desc"], len(g["ranks"]), g["frontier"], g["behind"]] for g in every_group]),
         Export("progress", ["pg", "pg_desc", "rank", "host", "last_enqueued", "last_started", "last_completed"],
-               [[g["pg"], g["pg_desc"], r["rank"], r["host"], r["last_enqueued"], r["last_started"],
-                 r["last_completed"]] for g in groups for r in g["ranks"]]),
+               [[g.pg, g.pg_desc, r.rank, r.host, r.last_enqueued, r.last_started, r.last_completed]
+                for g in groups for r in g.ranks]),
     ]
     return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
                    arrivals=None if exporting else _arrivals(job, attempt, diag), view_args=_view_args(),
                    needs_token=bool(config().token))
 
 
-def _arrivals(job: str, attempt: int, diag) -> dict:
+def _page_groups(groups: list[dict], culprits: Sequence[dict], limit: int = 200) -> list[dict]:
+    """The groups a page lists when there are thousands (16,384 ranks make
+    ~10,000): the culprits' groups, then those with ranks behind, then the
+    largest; at most ``limit``."""
+    first = {c.get("pg"): i for i, c in enumerate(culprits) if c.get("pg") is not None}
+    ranked = sorted(groups, key=lambda g: (first.get(g["pg"], len(first)), not g.get("behind"),
+                                           -len(g.get("ranks") or ()), g["pg"]))
+    return ranked[:limit]
+
+
+def _arrivals(job: str, attempt: int, diag) -> Arrivals:
     """The arrivals the page embeds (?pg=, ?seq=A:B, ?around=N, ?last=N); a
     group the attempt lacks shows the default group and says so."""
     from frlake.query.attempt import UnknownGroup
@@ -91,7 +103,7 @@ def _arrivals(job: str, attempt: int, diag) -> dict:
     try:
         return arrivals_view(job, attempt, diag)
     except UnknownGroup as exc:
-        return session().arrivals(job, attempt, diagnosis=diag, con=lake()) | {"error": str(exc)}
+        return replace(session().arrivals(job, attempt, diagnosis=diag, con=lake()), error=str(exc))
 
 
 def _view_args() -> dict:
@@ -107,11 +119,10 @@ def job(job: str):
     tables = [
         Export("attempts", ["attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at", "ended_at",
                             "n_dumps", "summary"],
-               [[a["attempt"], a["verdict"], (a["root"] or {}).get("rank"), (a["root"] or {}).get("host"),
-                 (a["root"] or {}).get("reason"), a["started_at"], a["ended_at"], a["n_dumps"], a["summary"]]
-                for a in h["attempts"]]),
+               [[a.attempt, a.verdict, a.root and a.root.rank, a.root and a.root.host, a.root and a.root.reason,
+                 a.started_at, a.ended_at, a.n_dumps, a.summary] for a in h.attempts]),
         Export("recurring", ["kind", "value", "as_root_cause", "attempts"],
-               [[r["kind"], r["value"], r["as_root_cause"], r["attempts"]] for r in h["recurring"]]),
+               [[r.kind, r.value, r.as_root_cause, r.attempts] for r in h.recurring]),
     ]
     return respond("job.html", tables, h=h)
 
@@ -128,14 +139,13 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view, stacks = entries_view(job, attempt)
-    ranks = [r["rank"] for r in view["ranks"]]
+    ranks = [r.rank for r in view.ranks]
     tables = [
         Export("stack-diff", ["ranks", "hosts", "op", "pg", "pg_desc", "top_frame", "odd_one_out"],
-               [[g["ranks"], g["hosts"], g["op"], g["pg"], g["pg_desc"], g["top_frame"], g["odd_one_out"]]
-                for g in stacks]),
+               [[g.ranks, g.hosts, g.op, g.pg, g.pg_desc, g.top_frame, g.odd_one_out] for g in stacks]),
         Export("entries", ["pg", "pg_desc", "seq", "op", "agree", "missing", *[f"r{r}" for r in ranks]],
-               [[c["pg"], c["pg_desc"], c["seq"], c["op"], c["agree"], c["missing"],
-                 *[c["cells"].get(r) for r in ranks]] for c in view["collectives"]]),
+               [[c.pg, c.pg_desc, c.seq, c.op, c.agree, c.missing, *[c.cells.get(r) for r in ranks]]
+                for c in view.collectives]),
     ]
     return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args)
 
@@ -181,16 +191,14 @@ def hosts():
 @bp.get("/hosts/<host>")
 def host(host: str):
     h = known_host(host)
+    named = ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op", "started_at")
     tables = [
-        Export("culprit-of", ["job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op",
-                              "started_at"],
-               [[c[k] for k in ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op",
-                                "started_at")] for c in h["culprit_of"]]),
+        Export("culprit-of", list(named), [[getattr(c, k) for k in named] for c in h.culprit_of]),
         Export("history", ["job", "attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at"],
-               [[a["job"], a["attempt"], a["verdict"], (a["root"] or {}).get("rank"), (a["root"] or {}).get("host"),
-                 (a["root"] or {}).get("reason"), a["started_at"]] for a in h["attempts"]]),
+               [[a.job, a.attempt, a.verdict, a.root and a.root.rank, a.root and a.root.host, a.root and a.root.reason,
+                 a.started_at] for a in h.attempts]),
         Export("weeks", ["week", "attempts", "root_cause", "involved"],
-               [[w["week"], w["attempts"], w["root_cause"], w["involved"]] for w in h["weeks"]]),
+               [[w.week, w.attempts, w.root_cause, w.involved] for w in h.weeks]),
     ]
     return respond("host.html", tables, h=h)
 
