@@ -64,6 +64,7 @@ class Frlake:
         self._connections: list[duckdb.DuckDBPyConnection] = []
         self._per_thread = None  # the readers' connections, one per thread (views)
         self._memo = None  # values computed once per catalog version (memoized)
+        self._sandboxes: dict = {}  # users' SQL: one sandbox per thread and limits (thread_sandbox)
         self._migrations = None
         self.closed = False
 
@@ -103,6 +104,9 @@ class Frlake:
         self._connections.clear()
         if self._per_thread is not None:
             self._per_thread.close()
+        for sandboxes in self._sandboxes.values():
+            sandboxes.close()
+        self._sandboxes.clear()
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
@@ -162,6 +166,16 @@ class Frlake:
 
             self._per_thread = ThreadConnections(lambda: connect(self.catalog, self.lake))
         return self._per_thread.get(self.catalog_version() if version is None else version)
+
+    def thread_sandbox(self, limits, version: tuple | None = None):
+        """This thread's :class:`~frlake.query.Sandbox` for users' SQL under ``limits``, the same one while
+        the catalog's version is ``version`` and no query changed its views (it then closes itself); closed
+        with the session. Each query runs on its own cursor: nothing one leaves behind reaches the next."""
+        if limits not in self._sandboxes:
+            from frlake.query.per_thread import ThreadConnections
+
+            self._sandboxes[limits] = ThreadConnections(lambda: self.sandbox(limits))
+        return self._sandboxes[limits].get(self.catalog_version() if version is None else version)
 
     def memoized(self, name: str, args: tuple, compute, version: tuple | None = None):
         """``compute()``, or what it gave for the same ``name`` and ``args`` at this catalog version (the

@@ -1,5 +1,5 @@
 """What a long-lived session keeps for the threads that read through it (the server's): one trusted DuckDB
-connection with the lake's views per thread, rebuilt only when the catalog changed (building the views
+connection with the lake's views (and one sandbox for users' SQL) per thread, rebuilt only when the catalog changed (building the views
 costs a catalog read per table; a request should cost a query), and a small cache of values computed once
 per catalog version."""
 
@@ -8,24 +8,22 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import duckdb
+from typing import Any
 
 
 class ThreadConnections:
-    """One connection per thread from ``open_``, kept while the catalog's version is the same."""
+    """One connection per thread from ``open_``, kept while the catalog's version is the same and it is
+    open (a sandbox closes itself when a query changed its views)."""
 
-    def __init__(self, open_: Callable[[], duckdb.DuckDBPyConnection]):
+    def __init__(self, open_: Callable[[], Any]):
         self._open = open_
         self._local = threading.local()
         self._all: set = set()  # every connection still open, for close()
         self._lock = threading.Lock()
 
-    def get(self, version: Hashable) -> duckdb.DuckDBPyConnection:
+    def get(self, version: Hashable) -> Any:
         cached = getattr(self._local, "entry", None)
-        if cached is not None and cached[0] == version:
+        if cached is not None and cached[0] == version and not getattr(cached[1], "closed", False):
             return cached[1]
         if cached is not None:
             self._drop(cached[1])
@@ -35,10 +33,11 @@ class ThreadConnections:
         self._local.entry = (version, con)
         return con
 
-    def _drop(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _drop(self, con) -> None:
         with self._lock:
             self._all.discard(con)
-        con.close()
+        if not getattr(con, "closed", False):
+            con.close()
 
     def close(self) -> None:
         with self._lock:

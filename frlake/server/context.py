@@ -4,8 +4,6 @@ reads through (flaskr's ``get_db`` pattern)."""
 
 from __future__ import annotations
 
-import threading
-
 from flask import current_app, g
 
 from frlake.server.config import ServerConfig
@@ -48,24 +46,11 @@ def lake():
 
 
 def sandbox():
-    """The ``Sandbox`` for users' SQL, one per server thread, rebuilt when the
-    catalog changed or when a query changed its views (it then closes itself).
-    Each query runs on its own cursor, so nothing a query leaves behind
-    reaches the next user of the thread."""
+    """The ``Sandbox`` for users' SQL: this server thread's, kept by the session until the catalog changed
+    or a query changed its views."""
     if "sandbox" not in g or g.sandbox.closed:
-        limits = config().query_limits
-        version = (catalog_version(), limits)
-        cached = getattr(_local, "sandbox", None)
-        if cached is None or cached[0] != version or cached[1].closed:
-            if cached is not None and not cached[1].closed:
-                cached[1].close()
-            cached = (version, session().sandbox(limits))
-            _local.sandbox = cached
-        g.sandbox = cached[1]
+        g.sandbox = session().thread_sandbox(config().query_limits, catalog_version())
     return g.sandbox
-
-
-_local = threading.local()  # each server thread's sandbox (sandbox())
 
 
 def teardown(_exc: BaseException | None) -> None:
