@@ -58,9 +58,9 @@ from frlake.config import Settings  # noqa: E402
 from frlake.errors import QueryError  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
 from frlake.query.drain import DrainPolicy  # noqa: E402
-from frlake.query.entries import EntryFilter  # noqa: E402
 from frlake.query.reports import REPORTS as REGISTRY  # noqa: E402
 from frlake.query.sandbox import QueryLimits  # noqa: E402
+from frlake.query.side_by_side import EntryFilter  # noqa: E402
 
 REPORTS = tuple(REGISTRY)  # every fleet report, the new ones included
 NEW_VIEWS = ("collectives_attempt_missing", "collectives_week_missing", "entries_at_hang", "entries_all")

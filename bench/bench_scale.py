@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from measure import run_tree_measured  # noqa: E402
 from synth import write_job  # noqa: E402
 
-FRLAKE = [sys.executable, "-m", "frlake"]  # the `frlake` command (its entry point, frlake.cli.entry)
+FRLAKE = [sys.executable, "-m", "frlake"]  # the `frlake` command (its entry point, frlake.cli.launcher)
 # The commands run as an installed frlake does, from its modules' cached bytecode (pip writes it at install).
 # Where PYTHONDONTWRITEBYTECODE is set (this project's sandboxes) and frlake is an editable checkout, every
 # start would compile frlake's modules again: about 0.1 s more on each command.

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from synth import write_job  # noqa: E402
 
-from frlake.ingest import entries, parse  # noqa: E402
+from frlake.ingest import columns as entry_columns  # noqa: E402
+from frlake.ingest import parse  # noqa: E402
 
 
 def timed(fn, files: list[bytes], repeat: int) -> float:
@@ -56,7 +57,7 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    compiled = entries._speedups
+    compiled = entry_columns._speedups
     if compiled is None:
         sys.exit("frlake.ingest._speedups is not built: pip install -e . first")
 
@@ -68,11 +69,11 @@ def main() -> None:
 
     def with_passes(on: bool, fn):
         def run(data: bytes):
-            entries._speedups = compiled if on else None
+            entry_columns._speedups = compiled if on else None
             try:
                 return fn(data)
             finally:
-                entries._speedups = compiled
+                entry_columns._speedups = compiled
         return run
 
     cases = {

@@ -125,15 +125,15 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=20, help="differences printed in full")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fuzz_reader.json")
     a = ap.parse_args()
-    from frlake.ingest import entries
+    from frlake.ingest import columns
     from frlake.ingest.limits import Limits
     from tests.test_fastpickle import _memory_cap, _outcome
 
-    if entries._fastpickle is None:
+    if columns._fastpickle is None:
         sys.exit("frlake was built without a C compiler: there is no fast reader to compare")
     pool = templates()
     limits = Limits()
-    print(f"fast reader: {entries._fastpickle.__file__}", flush=True)
+    print(f"fast reader: {columns._fastpickle.__file__}", flush=True)
 
     def case(seed: int):
         rng = random.Random(seed)

@@ -1,5 +1,5 @@
 """``python -m frlake``: the ``frlake`` command."""
 
-from frlake.cli.entry import main
+from frlake.cli.launcher import main
 
 main()

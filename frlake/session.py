@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that r
 
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
-    from frlake.query.entries import SideBySide
     from frlake.query.history import Facets, HostHistory, JobHistory
+    from frlake.query.side_by_side import SideBySide
     from frlake.values import ReportRows
 
 log = logging.getLogger("frlake")
@@ -434,7 +434,7 @@ class Frlake:
         (torch's ``fr_trace -j``, ``--selected-ranks``, ``--pg-filters``); by
         default every rank of a small attempt, else the culprits of the stored
         diagnosis and the ranks nearest them."""
-        from frlake.query.entries import EntryFilter, side_by_side
+        from frlake.query.side_by_side import EntryFilter, side_by_side
 
         attempt = self._attempt_number(job, attempt)
         diagnosis = self.catalog.diagnosis(job, attempt)  # its culprits centre a large attempt's view

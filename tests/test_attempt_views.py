@@ -17,7 +17,7 @@ import pytest
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.query.attempt import ArrivalsWindow
-from frlake.query.entries import EntryFilter
+from frlake.query.side_by_side import EntryFilter
 from frlake.query.trace import TraceWindow
 from frlake.server import create_app
 from frlake.server.config import ServerConfig

@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 import frlake
 from frlake.cli.main import app
-from frlake.ingest import entries
 from frlake.session import Frlake
 from tests.helpers import FIXTURES, ROOT
 
@@ -174,9 +173,11 @@ def test_sql_errors_keep_duckdbs_hints(corpus_lake):
 
 
 def test_version_serve_and_rediagnose_errors(tmp_path, corpus_lake):
+    from frlake.ingest.native import speedups
+
     version = runner.invoke(app, ["--version"])
     assert version.exit_code == 0 and version.stdout.startswith("frlake ")
-    assert ("(compiled parser)" in version.stdout) == (entries._speedups is not None)
+    assert ("(compiled parser)" in version.stdout) == (speedups is not None)
     bad_port = run(corpus_lake, "serve", "--port", "70000")
     assert bad_port.exit_code == 2 and "65535" in bad_port.output
     with socket.socket() as taken:
@@ -257,7 +258,7 @@ def test_the_command_loads_its_heavy_modules_only_when_a_command_needs_them():
 
 
 def test_the_frlake_entry_point_gives_the_same_answers(corpus_lake):
-    """``python -m frlake`` (the console script's entry, frlake.cli.entry) and the app itself agree, and its
+    """``python -m frlake`` (the console script's entry, frlake.cli.launcher) and the app itself agree, and its
     garbage collector is back on for the command's work."""
     base = ["--lake", str(corpus_lake.lake)]
     via_entry = subprocess.run([sys.executable, "-m", "frlake", *base, "diagnose", "job-223715", "-f", "json",
@@ -270,7 +271,7 @@ def test_the_frlake_entry_point_gives_the_same_answers(corpus_lake):
     code = ("import gc, sys; sys.argv = ['frlake', '--lake', sys.argv[1], 'files', '-f', 'csv']; "
             "import frlake.cli._common as c; seen = []; real = c._loaded; "
             "c._loaded = lambda: (real(), seen.append(gc.isenabled())); "
-            "import frlake.cli.entry as e\ntry: e.main()\nexcept SystemExit: pass\nprint(seen, file=sys.stderr)")
+            "import frlake.cli.launcher as e\ntry: e.main()\nexcept SystemExit: pass\nprint(seen, file=sys.stderr)")
     run = subprocess.run([sys.executable, "-c", code, str(corpus_lake.lake)], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert run.stderr.strip().endswith("[True]"), run.stderr

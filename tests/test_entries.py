@@ -29,7 +29,7 @@ def test_the_hang_shows_the_member_that_never_enqueued_and_the_odd_stack(corpus_
 
 
 def test_filters_by_rank_group_and_window(corpus_lake):
-    from frlake.query.entries import EntryFilter
+    from frlake.query.side_by_side import EntryFilter
 
     with Frlake(corpus_lake) as fl:
         view = fl.entries(*HANG, EntryFilter(ranks=(0, 1), pgs=("tp",), seq_from=3, seq_to=4))

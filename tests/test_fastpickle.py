@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from frlake.errors import DumpRejected, NotNative
-from frlake.ingest import entries
+from frlake.ingest import columns as entry_columns
 from frlake.ingest.limits import Limits
 from frlake.ingest.parse import parse_bytes, parse_dump
 from frlake.ingest.safeload import decode
@@ -25,7 +25,7 @@ from frlake.ingest.worker import data_size
 from tests.helpers import CORPUS
 from tests.test_speedups import HOSTILE, REAL, _dump_files, _entry, hostile_entry_lists
 
-FAST = entries._fastpickle
+FAST = entry_columns._fastpickle
 needs_fast = pytest.mark.skipif(FAST is None, reason="frlake was built without a C compiler")
 
 
@@ -250,7 +250,7 @@ def test_what_the_reference_would_refuse_for_its_values_is_refused_the_same():
 @needs_fast
 def test_values_of_every_hostile_kind_in_every_field():
     """Each field of a well-formed entry replaced by each hostile value: the same verdict, field by field."""
-    fields = sorted(entries.KNOWN_ENTRY_KEYS)
+    fields = sorted(entry_columns.KNOWN_ENTRY_KEYS)
     for name in fields:
         for value in HOSTILE:
             raw = [_entry(0), _entry(1)]

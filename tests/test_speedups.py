@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from frlake.errors import DumpRejected
-from frlake.ingest import entries
+from frlake.ingest import columns as entry_columns
 from frlake.ingest.limits import Limits
 from frlake.ingest.parse import parse_dump
 from frlake.ingest.safeload import decode
 from tests.helpers import CORPUS, FIXTURES, ROOT
 
-COMPILED = entries._speedups
+COMPILED = entry_columns._speedups
 needs_compiled = pytest.mark.skipif(COMPILED is None, reason="frlake was built without a C compiler")
 
 
@@ -33,14 +33,14 @@ def test_the_compiled_passes_are_built_where_required():
 
 
 def _outcome(obj, encoding: str, size: int, limits: Limits, compiled: bool):
-    saved = entries._speedups
-    entries._speedups = COMPILED if compiled else None
+    saved = entry_columns._speedups
+    entry_columns._speedups = COMPILED if compiled else None
     try:
         parsed = parse_dump(obj, encoding, size, limits)
     except DumpRejected as exc:
         return ("rejected", exc.reason, exc.message)
     finally:
-        entries._speedups = saved
+        entry_columns._speedups = saved
     columns = {name: (str(array.type), repr(array.to_pylist())) for name, array in parsed.entries.items()}  # NaN: "nan"
     return ("parsed", columns, list(parsed.stacks.items()), parsed.stats, parsed.n_entries)
 
@@ -71,12 +71,12 @@ def test_every_dump_of_the_tests_parses_the_same_compiled():
             parsed += 1
             raw = obj if isinstance(obj, list) else obj.get("entries", [])
             # a real dump takes the compiled passes themselves, not their fall-back to Python
-            columns = COMPILED.columns(raw, entries._FIELD_INDEX)
+            columns = COMPILED.columns(raw, entry_columns._FIELD_INDEX)
             assert columns is not None, path
             frames = [e.get("frames") for e in raw]
             if any(f is not None for f in frames):
                 assert COMPILED.first_same_frames(frames) is not None, path
-            for name, values in zip(entries._FIELDS, columns[0], strict=True):
+            for name, values in zip(entry_columns._FIELDS, columns[0], strict=True):
                 kind = SCALAR_FIELDS.get(name)
                 if kind is not None and set(map(type, values)) <= {KIND_TYPES[kind], type(None)}:
                     assert COMPILED.scalars(values, kind) is not None, (path, name)
@@ -84,9 +84,9 @@ def test_every_dump_of_the_tests_parses_the_same_compiled():
 
 
 # The fields stored as they are, as a column of scalars, by the compiled kind that builds them.
-SCALAR_FIELDS = {name: entries._SCALAR_KINDS[entries.schema.ENTRIES.field(name).type]
-                 for name in entries._FIELDS if name in entries.schema.ENTRIES.names
-                 and entries.schema.ENTRIES.field(name).type in entries._SCALAR_KINDS}
+SCALAR_FIELDS = {name: entry_columns._SCALAR_KINDS[entry_columns.schema.ENTRIES.field(name).type]
+                 for name in entry_columns._FIELDS if name in entry_columns.schema.ENTRIES.names
+                 and entry_columns.schema.ENTRIES.field(name).type in entry_columns._SCALAR_KINDS}
 KIND_TYPES = {} if COMPILED is None else {COMPILED.INT64: int, COMPILED.FLOAT64: float, COMPILED.BOOL: bool,
                                           COMPILED.STRING: str}
 
@@ -104,13 +104,13 @@ def test_a_column_of_scalars_is_what_arrow_makes_of_it_or_left_to_arrow(values, 
     import pyarrow as pa
 
     arrow_type = {"int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_(), "string": pa.string()}[typ]
-    built = entries._compiled_array(values, arrow_type, len(values))
+    built = entry_columns._compiled_array(values, arrow_type, len(values))
     try:
         expected = pa.array(values, arrow_type)
     except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
         assert built is None
         return
-    if any(type(v) is not KIND_TYPES[entries._SCALAR_KINDS[arrow_type]] for v in values if v is not None):
+    if any(type(v) is not KIND_TYPES[entry_columns._SCALAR_KINDS[arrow_type]] for v in values if v is not None):
         assert built is None  # pa.array converts it (a bool as an int, an int as a float): left to it
         return
     built.validate(full=True)
@@ -133,7 +133,7 @@ HOSTILE = [None, True, False, 0, -1, 7, 2**31, 2**63 - 1, -(2**63), 2**63, 2**64
            [[1] * 9], ["Float"], ["Float", None], [1], [{}], {"a": 1}, {}, {1: 2},
            [{"name": "f", "filename": "a.py", "line": 1}], [{"name": "f", "filename": "a.py", "line": 2**70}],
            [{"name": 3, "filename": "a.py", "line": 1}], [None, {"name": "f"}]]
-KEYS = [*sorted(entries.KNOWN_ENTRY_KEYS), "new_field", 7, ("k",)]
+KEYS = [*sorted(entry_columns.KNOWN_ENTRY_KEYS), "new_field", 7, ("k",)]
 
 
 def _mutate(raw: list, rng: random.Random) -> None:

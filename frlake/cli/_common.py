@@ -88,9 +88,9 @@ def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settin
 
 def _loaded() -> None:
     """Where every command starts its work: with the cyclic garbage collector off since start-up
-    (frlake.cli.entry), load the session's modules (SQLAlchemy and the catalog), freeze what they made out
+    (frlake.cli.launcher), load the session's modules (SQLAlchemy and the catalog), freeze what they made out
     of the collector's reach and turn it on."""
-    if gc.isenabled():  # not started by frlake.cli.entry (a test's runner), or already done
+    if gc.isenabled():  # not started by frlake.cli.launcher (a test's runner), or already done
         return
     import frlake.session  # noqa: F401
 

@@ -22,7 +22,7 @@ from frlake.cli._common import (
 from frlake.diagnose.words import hosts_text, ranks_text
 
 if TYPE_CHECKING:
-    from frlake.query.entries import Cell
+    from frlake.query.side_by_side import Cell
 
 _STATE = {"completed": "C", "started": "S", "scheduled": "Q"}
 
@@ -48,7 +48,7 @@ def entries_command(
     Without --ranks, an attempt of more than 32 ranks shows the culprits and
     the hung group's members nearest them, in that group's collectives (the
     last 2,000 at most)."""
-    from frlake.query.entries import EntryFilter
+    from frlake.query.side_by_side import EntryFilter
 
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         lo, hi = _seq(seq)
@@ -106,7 +106,7 @@ def _ranks(text: str | None) -> tuple[int, ...] | None:
 
 
 def _seq(text: str | None) -> tuple[int | None, int | None]:
-    from frlake.query.entries import EntryFilter
+    from frlake.query.side_by_side import EntryFilter
 
     try:
         return EntryFilter.parse_seq(text)

@@ -50,7 +50,7 @@ cdef enum:
     T_TUPLE = 9
     T_ABSENT = 10
 
-# The kinds of entry field the columns are built for (frlake.ingest.entries names each field's kind).
+# The kinds of entry field the columns are built for (frlake.ingest.columns names each field's kind).
 cpdef enum Kind:
     K_INT = 0
     K_FLOAT = 1
@@ -879,7 +879,7 @@ cdef class Graph:
 
 
 class NativeEntries:
-    """A dump's ``entries`` list, left in the graph: :func:`frlake.ingest.entries.entry_columns` reads it."""
+    """A dump's ``entries`` list, left in the graph: :func:`frlake.ingest.columns.entry_columns` reads it."""
 
     __slots__ = ("graph", "node", "length")
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""Compiled forms of the passes of :mod:`frlake.ingest.entries` that visit
+"""Compiled forms of the passes of :mod:`frlake.ingest.columns` that visit
 every value of every entry: the entries as columns, one level of nested
 lists flattened, tensor dims packed as int64, the entries that share a
 stack's frames, and a column of scalars as Arrow buffers.
@@ -207,7 +207,7 @@ def first_same_frames(list frames):
     return out
 
 
-# The kinds of column :func:`scalars` builds (frlake.ingest.entries maps Arrow types to them).
+# The kinds of column :func:`scalars` builds (frlake.ingest.columns maps Arrow types to them).
 INT64, FLOAT64, BOOL, STRING = 0, 1, 2, 3
 
 

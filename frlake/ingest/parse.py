@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from frlake.errors import DumpRejected, NotNative
 from frlake.ingest.checks import Budget, bounded_json, int64, ints_in_range, short_str, storable_output
-from frlake.ingest.entries import ENTRY_LISTS, entry_columns
+from frlake.ingest.columns import ENTRY_LISTS, entry_columns
 from frlake.ingest.limits import EXPANSION_FACTOR, Limits, machine_memory
 from frlake.ingest.safeload import decode
 

@@ -12,7 +12,7 @@ from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import UnknownGroup
 from frlake.query.history import AttemptSummary, HostHistory
 from frlake.query.reports import REPORTS
-from frlake.server.context import attempt_facets, config, lake, sandbox, session, upload_budget
+from frlake.server.context import attempt_facets, config, sandbox, session, upload_budget, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
     arrivals_view,
@@ -80,7 +80,7 @@ def jobs():
 @bp.get("/jobs/<path:job>")
 def job(job: str):
     known_job(job)
-    return jsonify(session().job_history(job, lake()))
+    return jsonify(session().job_history(job, views()))
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -141,13 +141,13 @@ def attempt_trace(job: str, attempt: int):
 def report(name: str):
     if name not in REPORTS:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
-    rows = session().report(name, window(), int_arg("limit", 0, 0) or None, con=lake())
+    rows = session().report(name, window(), int_arg("limit", 0, 0) or None, con=views())
     return jsonify({"report": name, "columns": rows.columns, "rows": rows})
 
 
 @bp.get("/hosts")
 def hosts():
-    return jsonify({"hosts": session().report("flaky-hosts", window(), con=lake())})
+    return jsonify({"hosts": session().report("flaky-hosts", window(), con=views())})
 
 
 @bp.get("/hosts/<host>")
@@ -157,9 +157,9 @@ def host(host: str):
 
 def known_host(host: str) -> HostHistory:
     """The host's history; a 404 that names hosts there are if the lake never saw it."""
-    h = session().host_history(host, lake())
+    h = session().host_history(host, views())
     if h is None:
-        hosts = [r[0] for r in lake().execute("SELECT host FROM hosts WHERE host IS NOT NULL ORDER BY host").fetchall()]
+        hosts = [r[0] for r in views().execute("SELECT host FROM hosts WHERE host IS NOT NULL ORDER BY host").fetchall()]
         from flask import url_for
 
         raise ApiError(404, "not_found", f"no host {host!r} in the lake; there are {len(hosts)} host(s)",

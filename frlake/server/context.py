@@ -36,13 +36,13 @@ def memoized(name: str, args: tuple, compute):
     return session().memoized(name, args, compute, catalog_version())
 
 
-def lake():
+def views():
     """This thread's trusted DuckDB connection with the lake's views, for frlake's own queries: the
     session keeps it per thread until the catalog changes (building the views costs a catalog read per
     table; a request should cost a query)."""
-    if "lake" not in g:
-        g.lake = session().views(catalog_version())
-    return g.lake
+    if "views" not in g:
+        g.views = session().views(catalog_version())
+    return g.views
 
 
 def sandbox():
@@ -55,7 +55,7 @@ def sandbox():
 
 def teardown(_exc: BaseException | None) -> None:
     """The connections stay with their thread; the request lets go of them."""
-    g.pop("lake", None)
+    g.pop("views", None)
     g.pop("sandbox", None)
 
 

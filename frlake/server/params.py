@@ -11,13 +11,13 @@ from flask import request, url_for
 
 from frlake.entities import REASONS, VERDICTS, Diagnosis
 from frlake.query.window import Window, parse_when
-from frlake.server.context import config, lake, memoized, session
+from frlake.server.context import config, memoized, session, views
 from frlake.server.errors import ApiError
 
 if TYPE_CHECKING:
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
-    from frlake.query.entries import SideBySide
+    from frlake.query.side_by_side import SideBySide
 
 
 def when_arg(name: str) -> date | datetime | None:
@@ -107,12 +107,12 @@ def diagnosis(job: str, attempt: int) -> Diagnosis:
 def progress(job: str, attempt: int, pgs: list[str] | None = None) -> tuple[GroupProgress, ...]:
     """Per group and rank, the last sequence ids."""
     return memoized("progress", (job, attempt, None if pgs is None else tuple(pgs)),
-                    lambda: session().progress(job, attempt, pgs, con=lake()))
+                    lambda: session().progress(job, attempt, pgs, con=views()))
 
 
 def entry_filter():
     """?ranks=0,1,8-15&pg=dp&pg=0&seq=A:B as an EntryFilter."""
-    from frlake.query.entries import EntryFilter
+    from frlake.query.side_by_side import EntryFilter
 
     ranks = rank_list()
     try:
@@ -153,7 +153,7 @@ def rank_list(name: str = "ranks") -> tuple[int, ...] | None:
 def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> Arrivals:
     """The arrivals of one group: ?pg=NAME, ?last=N, ?max_ranks=N, and ?seq=A:B or ?around=N."""
     from frlake.query.attempt import ArrivalsWindow
-    from frlake.query.entries import EntryFilter
+    from frlake.query.side_by_side import EntryFilter
 
     try:
         seq = EntryFilter.parse_seq(request.args.get("seq"))
@@ -167,7 +167,7 @@ def arrivals_view(job: str, attempt: int, diag: Diagnosis | None = None) -> Arri
                             int_arg("around", 0, 0, 2**62) if around else None)
     # centred on the stored diagnosis, which is the same at one catalog version
     return memoized("arrivals", (job, attempt, window),
-                    lambda: session().arrivals(job, attempt, window, diagnosis=diag, con=lake()))
+                    lambda: session().arrivals(job, attempt, window, diagnosis=diag, con=views()))
 
 
 def trace_window():

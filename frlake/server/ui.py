@@ -12,7 +12,7 @@ from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
-from frlake.server.context import attempt_facets, config, lake, session
+from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
     arrivals_view,
@@ -103,7 +103,7 @@ def _arrivals(job: str, attempt: int, diag) -> Arrivals:
     try:
         return arrivals_view(job, attempt, diag)
     except UnknownGroup as exc:
-        return replace(session().arrivals(job, attempt, diagnosis=diag, con=lake()), error=str(exc))
+        return replace(session().arrivals(job, attempt, diagnosis=diag, con=views()), error=str(exc))
 
 
 def _view_args() -> dict:
@@ -115,7 +115,7 @@ def _view_args() -> dict:
 def job(job: str):
 
     known_job(job)
-    h = session().job_history(job, lake())
+    h = session().job_history(job, views())
     tables = [
         Export("attempts", ["attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at", "ended_at",
                             "n_dumps", "summary"],
@@ -156,7 +156,7 @@ def report(name: str):
     if spec is None:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}",
                        see=[(r.title, f"/reports/{r.name}") for r in REPORTS.values()])
-    all_rows = session().report(name, window(), con=lake())
+    all_rows = session().report(name, window(), con=views())
     rows = _with_host(all_rows, host_arg())
     columns = list(all_rows.columns)
     facets = {}
@@ -208,7 +208,7 @@ def sql():
     from frlake.server.schema_browser import schema_browser
 
     return respond("sql.html", [], examples=EXAMPLES, needs_token=bool(config().token),
-                   query=request.args.get("sql", ""), schema=schema_browser(lake()))
+                   query=request.args.get("sql", ""), schema=schema_browser(views()))
 
 
 @bp.get("/upload")
