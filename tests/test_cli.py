@@ -76,3 +76,66 @@ def test_read_commands_never_create_a_lake(tmp_path):
         assert result.exit_code == 1, args
         assert "there is no frlake lake at" in result.output, args
     assert not typo.exists()
+
+
+def _commands(group=None, path=()):
+    """Every command of ``frlake`` with its path (``db upgrade``) and its required arguments."""
+    import typer.main
+
+    group = group or typer.main.get_command(app)
+    for name, command in sorted(group.commands.items()):
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), [p.name for p in command.params if p.required]
+
+
+ARGS = {"paths": "EMPTY", "sql": "SELECT 1", "job": "job-223715", "name": "hangs", "revision": "base"}
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize(("path", "required"), [c for c in _commands() if c[0] != ("serve",)],
+                         ids=[" ".join(c[0]) for c in _commands() if c[0] != ("serve",)])
+def test_an_explicit_lake_wins_over_the_environment(tmp_path, corpus_lake, monkeypatch, path, required, where):
+    """With FRLAKE_LAKE (and FRLAKE_DB_URL) naming a real lake, ``--lake B --db-url B`` before or after the
+    command is the lake the command uses: it reads or makes B and leaves the environment's untouched."""
+    env_lake = tmp_path / "env-lake"
+    shutil.copytree(corpus_lake.lake, env_lake)
+    before = sorted((p.relative_to(env_lake), p.stat().st_mtime_ns) for p in env_lake.rglob("*"))
+    monkeypatch.setenv("FRLAKE_LAKE", str(env_lake))
+    monkeypatch.setenv("FRLAKE_DB_URL", f"sqlite:///{env_lake / 'catalog.db'}")
+    chosen = tmp_path / "chosen"
+    (tmp_path / "EMPTY").mkdir()
+    flags = ["--lake", str(chosen), "--db-url", f"sqlite:///{chosen / 'catalog.db'}"]
+    args = [str(tmp_path / ARGS[r]) if ARGS[r] == "EMPTY" else ARGS[r] for r in required]
+    argv = [*flags, *path, *args] if where == "before" else [*path, *args, *flags]
+    result = runner.invoke(app, argv)
+    assert str(chosen) in result.output or chosen.exists(), result.output
+    assert "HANG" not in result.output and "job-223715" not in result.output.replace(f"'{ARGS['job']}'", "")
+    assert sorted((p.relative_to(env_lake), p.stat().st_mtime_ns) for p in env_lake.rglob("*")) == before
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_serve_serves_the_lake_it_is_given(tmp_path, corpus_lake, where):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = dict(os.environ, FRLAKE_LAKE=str(corpus_lake.lake))
+    chosen = tmp_path / "chosen"
+    flags = ["--lake", str(chosen)]
+    argv = [*flags, "serve", "--port", port] if where == "before" else ["serve", "--port", port, *flags]
+    proc = subprocess.Popen([sys.executable, "-m", "frlake", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    said = ""
+    try:
+        while "http://" not in said and proc.poll() is None:
+            said += proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert str(chosen) in said.replace("\n", ""), said

@@ -80,10 +80,28 @@ def parse_date(text: str):
 
 
 def settings(ctx: typer.Context, lake: str | None, db_url: str | None) -> Settings:
-    """Command-level options win over the ones given before the command."""
+    """The lake and catalog: given on the command line (after the command, else before it) wins over the
+    environment (FRLAKE_LAKE, FRLAKE_DB_URL), which wins over the defaults."""
     _loaded()
-    root = ctx.find_root().obj or {}
-    return Settings.resolve(lake or root.get("lake"), db_url or root.get("db_url"))
+    return Settings.resolve(global_option(ctx, "lake", lake), global_option(ctx, "db_url", db_url))
+
+
+def global_option(ctx: typer.Context, name: str, value):
+    """An option both the command and ``frlake`` itself take (``--lake``, ``--db-url``): an explicit flag
+    wins wherever it stands, then the environment; ``value`` is the command's own."""
+    contexts = [ctx, *_parents(ctx)]  # the command first, then the groups above it, ``frlake`` last
+    for c in contexts:
+        source = c.get_parameter_source(name) if name in c.params else None
+        if source is not None and source.name == "COMMANDLINE":  # (typer's own copy of click's enum)
+            return c.params[name]
+    return value if value is not None else next(
+        (c.params[name] for c in contexts if c.params.get(name) is not None), None)
+
+
+def _parents(ctx: typer.Context):
+    while ctx.parent is not None:
+        ctx = ctx.parent
+        yield ctx
 
 
 def _loaded() -> None:

@@ -54,7 +54,7 @@ def main_options(
                                           help="Print frlake's version and exit.")] = False,
 ) -> None:
     """Global options; every command also accepts them after its name."""
-    ctx.obj = {"lake": lake, "db_url": db_url}
+    ctx.obj = {}  # the global options are read from the contexts (_common.global_option)
     if verbose:
         show_log(logging.DEBUG if verbose > 1 else logging.INFO)
 
