@@ -8,7 +8,8 @@ import typer
 
 from frlake.cli._common import DbUrlOpt, LakeOpt, console, open_session
 
-app = typer.Typer(help="The catalog's database schema: its Alembic migrations.", no_args_is_help=True)
+app = typer.Typer(help="The catalog's database schema: its Alembic migrations.", no_args_is_help=True,
+                  rich_markup_mode=None)
 
 
 @app.command("upgrade")

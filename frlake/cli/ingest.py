@@ -48,8 +48,8 @@ def exit_status(summary) -> int:
 def ingest_command(
     ctx: typer.Context,
     paths: Annotated[list[str], typer.Argument(help="Dump files, folders (recursive) and .tar/.tar.gz archives.")],
-    layout: Annotated[str | None, typer.Option(help=f"Path template, default {DEFAULT_LAYOUT!r}; placeholders "
-                                                    "{job} {attempt} {host} {rank} and {*}.")] = None,
+    layout: Annotated[str | None, typer.Option(help="Path template with the placeholders {job} {attempt} {host} "
+                                                    f"{{rank}} and {{*}}; default: {DEFAULT_LAYOUT}")] = None,
     job: Annotated[str | None, typer.Option(help="Job of every dump (wins over everything else).")] = None,
     attempt: Annotated[int | None, typer.Option(help="Attempt of every dump.", min=0)] = None,
     host: Annotated[str | None, typer.Option(help="Host of every dump.")] = None,

@@ -24,7 +24,7 @@ app = typer.Typer(
     help="Store, diagnose and query PyTorch Flight Recorder dumps.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    rich_markup_mode=None,  # click's help: it wraps at any width and never cuts a default short
 )
 
 
