@@ -74,6 +74,11 @@ class DumpRejected(FrlakeError):
         self.message = message
 
 
+class UsageError(FrlakeError):
+    """The command was asked for something it cannot mean (a malformed value, options that do not go
+    together, nothing to act on): the command line is at fault, not the lake (exit status 2)."""
+
+
 class CatalogError(FrlakeError):
     """The catalog database failed or refused an operation."""
 

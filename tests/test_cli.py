@@ -91,6 +91,7 @@ def _commands(group=None, path=()):
 
 
 ARGS = {"paths": "EMPTY", "sql": "SELECT 1", "job": "job-223715", "name": "hangs", "revision": "base"}
+OPTIONS = {("forget",): ["--job", "job-223715"]}  # what a command needs beyond its arguments to do anything
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
@@ -107,7 +108,7 @@ def test_an_explicit_lake_wins_over_the_environment(tmp_path, corpus_lake, monke
     chosen = tmp_path / "chosen"
     (tmp_path / "EMPTY").mkdir()
     flags = ["--lake", str(chosen), "--db-url", f"sqlite:///{chosen / 'catalog.db'}"]
-    args = [str(tmp_path / ARGS[r]) if ARGS[r] == "EMPTY" else ARGS[r] for r in required]
+    args = [str(tmp_path / ARGS[r]) if ARGS[r] == "EMPTY" else ARGS[r] for r in required] + OPTIONS.get(path, [])
     argv = [*flags, *path, *args] if where == "before" else [*path, *args, *flags]
     result = runner.invoke(app, argv)
     assert str(chosen) in result.output or chosen.exists(), result.output
@@ -139,3 +140,30 @@ def test_serve_serves_the_lake_it_is_given(tmp_path, corpus_lake, where):
         proc.terminate()
         proc.wait(timeout=30)
     assert str(chosen) in said.replace("\n", ""), said
+
+
+def test_the_shell_habits_json_output_file_and_sql_from_stdin(tmp_path, corpus_lake):
+    """--json is -f json; -o FILE writes what the command prints there (complete, or not at all);
+    ``query -`` reads its SQL from standard input."""
+    lake = ["--lake", str(corpus_lake.lake)]
+    as_json = runner.invoke(app, [*lake, "query", "-", "--json"], input="SELECT 41 + 1 AS answer")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == [{"answer": 42}]
+    out = tmp_path / "hangs.json"
+    report = runner.invoke(app, [*lake, "report", "hangs", "--json", "-o", str(out)])
+    assert report.exit_code == 0 and report.stdout == "", report.output
+    assert isinstance(json.loads(out.read_text()), list) and not list(tmp_path.glob(".*.part"))
+    failed = runner.invoke(app, [*lake, "diagnose", "NOPE", "-o", str(tmp_path / "nope.txt")])
+    assert failed.exit_code == 1 and not (tmp_path / "nope.txt").exists() and not list(tmp_path.glob(".*"))
+
+
+@pytest.mark.parametrize(("argv", "status"), [
+    (["forget"], 2), (["forget", "--attempt", "0"], 2), (["forget", "--older-than", "ninety days"], 2),
+    (["report", "hangs", "--since", "yesterday"], 2), (["report", "hangs", "--explain", "h"], 2),
+    (["compact", "--attempt", "0"], 2), (["query", "SELECT 1", "--max-rows", "-1"], 2), (["nope"], 2),
+    (["diagnose", "NOPE"], 1), (["report", "hangs", "--since", "7d"], 0), (["report", "hangs", "--until", "2w"], 0),
+])
+def test_the_exit_status_table(corpus_lake, argv, status):
+    """0: done; 1: an error of the lake or of what it holds; 2: the command line's own mistake."""
+    result = runner.invoke(app, ["--lake", str(corpus_lake.lake), *argv])
+    assert result.exit_code == status, result.output

@@ -170,8 +170,8 @@ def test_forget_needs_a_selection(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings)
     result = _cli(settings, "forget")
-    assert result.exit_code == 1 and "say what to forget" in result.output
-    assert _cli(settings, "forget", "--older-than", "ninety days").exit_code == 1
+    assert result.exit_code == 2 and "say what to forget" in result.output
+    assert _cli(settings, "forget", "--older-than", "ninety days").exit_code == 2
 
 
 # -- compact ------------------------------------------------------------------

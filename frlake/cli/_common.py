@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import json
+import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, redirect_stdout
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,7 +22,7 @@ from frlake.config import Settings
 
 if TYPE_CHECKING:
     from frlake.session import Frlake
-from frlake.errors import FrlakeError
+from frlake.errors import FrlakeError, UsageError
 from frlake.values import csv_lines, ndjson_lines, plain, records
 
 console = Console()
@@ -43,6 +47,10 @@ DbUrlOpt = Annotated[
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: a table that fits the terminal, "
                                                                    "CSV, JSON, or NDJSON (one JSON object a line).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="The same as -f json.")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the output to this file instead of "
+                                                                        "the terminal (replaced when complete).",
+                                                 dir_okay=False, show_default=False)]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only problems (for cron).")]
 LockTimeoutOpt = Annotated[str, typer.Option(
     "--lock-timeout", help="How long to wait for another frlake writing the lake (e.g. 30s, 10m), then exit 1.")]
@@ -62,9 +70,9 @@ def parse_duration(text: str) -> float:
         else:
             value = float(t)
     except ValueError:
-        raise FrlakeError(f"{text!r} is not a duration; write e.g. 90d, 12h, 10m or 30s") from None
+        raise UsageError(f"{text!r} is not a duration; write e.g. 90d, 12h, 10m or 30s") from None
     if value < 0:
-        raise FrlakeError(f"{text!r}: a duration cannot be negative")
+        raise UsageError(f"{text!r}: a duration cannot be negative")
     return value
 
 
@@ -75,7 +83,7 @@ def parse_date(text: str):
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise FrlakeError(f"{text!r} is not a date; write e.g. 2026-11-30 or 2026-11-30T12:00") from None
+        raise UsageError(f"{text!r} is not a date; write e.g. 2026-11-30 or 2026-11-30T12:00") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
@@ -146,12 +154,13 @@ def open_session(ctx: typer.Context, lake: str | None, db_url: str | None, *,
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Print frlake errors as one clear line and exit 1, without a traceback."""
+    """Print frlake errors as one clear line, without a traceback, and exit 1 (2: the command line's own
+    mistake, as for every usage error)."""
     try:
         yield
     except FrlakeError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, UsageError) else 1) from None
 
 
 def print_detail(text: str, lead: str = "", lead_style: str = "red") -> None:
@@ -169,6 +178,49 @@ def print_detail(text: str, lead: str = "", lead_style: str = "red") -> None:
     if lead:
         line.stylize(lead_style, 2, 2 + len(lead))
     console.print(line, highlight=False, soft_wrap=True)
+
+
+def with_output_options(command: Callable) -> Callable:
+    """``command`` with ``--json`` (``-f json``) and ``-o FILE`` (what it prints goes to FILE, which
+    appears only complete: written beside it and moved in place, removed if the command fails)."""
+    signature = inspect.signature(command, eval_str=True)
+    extra = [inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=JsonOpt),
+             inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=OutputOpt)]
+
+    @functools.wraps(command)
+    def run(*args, as_json: bool = False, output: Path | None = None, **kwargs):
+        if as_json:
+            kwargs["fmt"] = type(kwargs["fmt"])("json")
+        if output is None:
+            return command(*args, **kwargs)
+        with written_to(output):
+            return command(*args, **kwargs)
+
+    run.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
+    run.__annotations__ = {**{p.name: p.annotation for p in signature.parameters.values()},
+                           "as_json": JsonOpt, "output": OutputOpt}
+    return run
+
+
+@contextmanager
+def written_to(path: Path) -> Iterator[None]:
+    """Standard output into ``path``, which appears only when the command did its work: not on an error
+    or a usage error (exit 1, 2), but on the statuses that still report (ingest's 3 and 4)."""
+    part = path.with_name(f".{path.name}.part")
+    ok = False
+    try:
+        with open(part, "w", encoding="utf-8") as f, redirect_stdout(f):
+            try:
+                yield
+                ok = True
+            except typer.Exit as done:
+                ok = done.exit_code not in (1, 2)
+                raise
+    finally:
+        if ok:
+            os.replace(part, path)
+        else:
+            part.unlink(missing_ok=True)
 
 
 def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None, *,

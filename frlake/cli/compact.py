@@ -52,9 +52,9 @@ def compact_command(
 
     with user_errors():
         if attempt is not None and job is None:
-            from frlake.errors import FrlakeError
+            from frlake.errors import UsageError
 
-            raise FrlakeError("--attempt needs --job")
+            raise UsageError("--attempt needs --job")
         options = CompactOptions(min_files=min_files, target_bytes=target_mb << 20, dry_run=dry_run,
                                  retire_grace_s=parse_duration(grace), lock_timeout_s=parse_duration(lock_timeout))
     with open_session(ctx, lake, db_url, must_exist=True) as session:

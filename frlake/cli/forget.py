@@ -21,9 +21,10 @@ from frlake.cli._common import (
     parse_duration,
     user_errors,
 )
+from frlake.errors import UsageError
 
 EXIT_OK = 0  # done, or nothing matched (a retention run with nothing old enough)
-EXIT_ERROR = 1  # bad options, the lake busy past --lock-timeout, a catalog error
+EXIT_ERROR = 1  # the lake busy past --lock-timeout, a catalog error (2: a usage error)
 
 
 def forget_command(
@@ -52,7 +53,7 @@ def forget_command(
     ingest does not bring them back; ingest them with other identity options
     (or --force) to store them again.
 
-    Exit status: 0 done (or nothing matched); 1 on errors."""
+    Exit status: 0 done (or nothing matched); 1 on errors; 2 on a usage error (nothing to forget)."""
     from datetime import UTC, datetime, timedelta
 
     from frlake.catalog.lifecycle import ForgetSelector
@@ -64,6 +65,10 @@ def forget_command(
             age = datetime.now(UTC) - timedelta(seconds=parse_duration(older_than))
             cutoff = age if cutoff is None else min(cutoff, age)
         selector = ForgetSelector(job=job, attempt=attempt, path=path, before=cutoff)
+        if selector.is_empty():
+            raise UsageError("say what to forget: --job, --attempt with --job, --path, --before or --older-than")
+        if attempt is not None and job is None:
+            raise UsageError("an attempt is forgotten with its job: give --job too")
         options = ForgetOptions(dry_run=dry_run, retire_grace_s=parse_duration(grace),
                                 lock_timeout_s=parse_duration(lock_timeout))
     with open_session(ctx, lake, db_url, must_exist=True) as session:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from frlake.cli import db
-from frlake.cli._common import DbUrlOpt, LakeOpt, show_log
+from frlake.cli._common import DbUrlOpt, LakeOpt, show_log, with_output_options
 from frlake.cli.compact import compact_command
 from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.entries import entries_command
@@ -59,15 +59,15 @@ def main_options(
         show_log(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
-app.command("ingest", short_help="Ingest dump files, folders and archives; safe to re-run.")(ingest_command)
-app.command("query", help=query_help(), short_help="Run one read-only SQL query over the lake's views.")(query_command)
-app.command("files", short_help="List the files seen: ingested, duplicate or rejected, and why.")(files_command)
-app.command("diagnose", short_help="Say what went wrong in an attempt and who caused it.")(diagnose_command)
-app.command("rediagnose", short_help="Diagnose every attempt again (after frlake's algorithm changed).")(rediagnose_command)
-app.command("entries", short_help="One attempt's collectives with its ranks side by side.")(entries_command)
-app.command("report", short_help="Fleet questions over all history: drain, flaky hosts, hangs...")(report_command)
-app.command("forget", short_help="Forget dumps: their rows, diagnoses and original bytes.")(forget_command)
-app.command("compact", short_help="Merge each partition's small Parquet files into few large ones.")(compact_command)
+app.command("ingest", short_help="Ingest dump files, folders and archives; safe to re-run.")(with_output_options(ingest_command))
+app.command("query", help=query_help(), short_help="Run one read-only SQL query over the lake's views.")(with_output_options(query_command))
+app.command("files", short_help="List the files seen: ingested, duplicate or rejected, and why.")(with_output_options(files_command))
+app.command("diagnose", short_help="Say what went wrong in an attempt and who caused it.")(with_output_options(diagnose_command))
+app.command("rediagnose", short_help="Diagnose every attempt again (after frlake's algorithm changed).")(with_output_options(rediagnose_command))
+app.command("entries", short_help="One attempt's collectives with its ranks side by side.")(with_output_options(entries_command))
+app.command("report", short_help="Fleet questions over all history: drain, flaky hosts, hangs...")(with_output_options(report_command))
+app.command("forget", short_help="Forget dumps: their rows, diagnoses and original bytes.")(with_output_options(forget_command))
+app.command("compact", short_help="Merge each partition's small Parquet files into few large ones.")(with_output_options(compact_command))
 app.command("trace", short_help="Write a window of an attempt as Chrome/Perfetto trace JSON.")(trace_command)
 app.command("serve", short_help="Serve the web UI and the JSON API.")(serve_command)
 app.add_typer(db.app, name="db")

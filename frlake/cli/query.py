@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -31,7 +32,8 @@ def query_help() -> str:
 
 def query_command(
     ctx: typer.Context,
-    sql: Annotated[str, typer.Argument(help="One SELECT / WITH / EXPLAIN statement.")],
+    sql: Annotated[str, typer.Argument(help="One SELECT / WITH / EXPLAIN statement; - reads it from standard "
+                                            "input.")],
     fmt: FormatOpt = Format.table,
     timeout: Annotated[float, typer.Option(help="Seconds before the query is stopped.")] = 60.0,
     max_rows: Annotated[int, typer.Option(help="Rows returned at most; 0 for no row limit (--max-bytes still "
@@ -44,6 +46,8 @@ def query_command(
 ) -> None:
     from frlake.query.sandbox import UNLIMITED_ROWS, QueryLimits, check_statement
 
+    if sql == "-":
+        sql = sys.stdin.read()
     with user_errors():
         check_statement(sql)  # a refused statement is refused before anything is opened
         limits = QueryLimits(timeout, max_rows or UNLIMITED_ROWS, max_bytes, max_memory)

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import Enum
 from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, Format, LakeOpt, emit_json, emit_rows, open_session, user_errors
-from frlake.errors import FrlakeError
+from frlake.cli._common import (
+    DbUrlOpt,
+    Format,
+    LakeOpt,
+    emit_json,
+    emit_rows,
+    open_session,
+    parse_duration,
+    user_errors,
+)
+from frlake.errors import UsageError
 from frlake.query.reports import REPORTS
 from frlake.query.window import parse_when
 
 WhenOpt = Annotated[str | None, typer.Option(
-    help="An ISO 8601 date (a whole day, UTC) or date-time with its offset, e.g. 2026-11-29 or "
-         "2026-11-29T14:00:00+01:00 (without an offset: UTC).", show_default=False)]
+    help="An ISO 8601 date (a whole day, UTC), a date-time with its offset, e.g. 2026-11-29 or "
+         "2026-11-29T14:00:00+01:00 (without an offset: UTC), or a time back from now: 7d, 12h.",
+    show_default=False)]
 
 
 # Typer needs the choices as an Enum: made from the one registry of reports.
@@ -25,13 +35,19 @@ ReportFormat = Enum("ReportFormat", {**{f.name: f.value for f in Format}, "slurm
 
 
 def _when(name: str, text: str | None) -> date | datetime | None:
+    """An ISO 8601 date or date-time, or a duration back from now (7d, 12h: as forget --older-than)."""
     if text is None:
         return None
     try:
         return parse_when(text)
     except ValueError:
-        raise FrlakeError(f"--{name} must be an ISO 8601 date or date-time such as 2026-11-29 or "
-                          f"2026-11-29T14:00:00+01:00, not {text!r}") from None
+        pass
+    try:
+        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
+    except UsageError:
+        raise UsageError(f"--{name} must be an ISO 8601 date or date-time such as 2026-11-29 or "
+                         f"2026-11-29T14:00:00+01:00, or a time back from now such as 7d or 12h, "
+                         f"not {text!r}") from None
 
 
 def report_command(
@@ -72,7 +88,7 @@ def report_command(
                 when = datetime.combine(when, datetime.min.time(), tzinfo=UTC)
             params["policy"] = DrainPolicy(now=when, half_life_days=half_life_days)
         elif fmt.value == "slurm" or explain or now:
-            raise FrlakeError("--format slurm, --explain and --now are for the drain report")
+            raise UsageError("--format slurm, --explain and --now are for the drain report")
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         rows = session.report(name.value, window, limit, **params)
     if explain is not None:
