@@ -96,6 +96,9 @@ class Culprit:
     waited_by: list[dict] | None = None
     stack_id: int | None = None  # the stack in the lake's stacks table
     stack: list[dict] | None = None  # its frames, innermost first
+    # the entry the stack is of, {"op", "pg", "pg_desc", "seq"}, when not the culprit's collective: a rank that
+    # never joined the hung collective has no stack there, only its last entry's
+    stack_entry: dict | None = None
     detail: str | None = None
     # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump", "pg_status" (docs/diagnose.md)
     evidence: str | None = None
@@ -193,6 +196,19 @@ def stack_signature(frames: list[dict] | None) -> str | None:
 
     text = "|".join(f"{f.get('name')}@{str(f.get('filename') or '').rsplit('/', 1)[-1]}:{f.get('line')}" for f in frames)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def is_library_frame(frame: dict) -> bool:
+    """A frame of torch or of Python itself (multiprocessing, threading, runpy), not of the user's code."""
+    filename = str(frame.get("filename") or "")
+    return any(part in filename for part in _FRAMEWORK)
+
+
+def user_frames_first(frames: list[dict] | None) -> tuple[list[dict], list[dict]]:
+    """A stack's frames of the user's code and those of torch and Python, each innermost first: what a
+    report shows first and what it folds."""
+    frames = frames or []
+    return [f for f in frames if not is_library_frame(f)], [f for f in frames if is_library_frame(f)]
 
 
 def top_frame(frames: list[dict] | None) -> str | None:

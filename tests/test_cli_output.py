@@ -300,3 +300,38 @@ def test_the_frlake_entry_point_gives_the_same_answers(corpus_lake):
     run = subprocess.run([sys.executable, "-c", code, str(corpus_lake.lake)], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert run.stderr.strip().endswith("[True]"), run.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_a_hang_report_says_whose_stack_it_shows_and_folds_torch(corpus_lake, columns):
+    """Rank 1 never joined the all_gather (tp 1, seq 4): its FR stack is its last entry's, an all_reduce,
+    and the report says so; the user's own frame comes first and torch's and Python's are folded."""
+    result = run(corpus_lake, "diagnose", "job-223715", "--attempt", "0", columns=columns)
+    assert result.exit_code == 0, result.output
+    lines_fit(result.output, columns)
+    text = " ".join(result.output.split())
+    assert "FR stack of its last entry, all_reduce in default_pg 0, sequence id 3; it never reached the all_gather" \
+        in text
+    stack = result.output.split("own code first):")[1].splitlines()
+    assert "gen_fr_job.py" in stack[1] and "frames of torch and Python" in " ".join(stack[2:4])
+    assert "distributed_c10d" not in result.output
+
+
+def test_a_straggler_says_its_p_value_once_and_the_job_its_other_attempts(corpus_lake):
+    result = run(corpus_lake, "diagnose", "job-236832", "--attempt", "0")
+    assert result.exit_code == 0, result.output
+    body = result.output.split("Root cause")[1]  # the summary above says it too, in a sentence
+    assert body.count("p = ") == 1, body
+    latest = run(corpus_lake, "diagnose", "job-236832")
+    assert "Other attempts of job-236832" in latest.output
+    assert "attempt 0: straggler: rank 0 on gpu-b03" in latest.output
+
+
+def test_entries_mark_the_hung_collective_and_explain_their_cells(corpus_lake):
+    result = run(corpus_lake, "entries", "job-223715", "--attempt", "0")
+    assert result.exit_code == 0, result.output
+    lines_fit(result.output)
+    hung = [line for line in result.output.splitlines() if "│ HANG" in line]
+    assert len(hung) == 1 and "tp 1" in hung[0] and "│   4 │" in hung[0], hung
+    text = " ".join(result.output.split())
+    assert "Q scheduled, S started, C completed" in text and "in ms after the group's first member" in text

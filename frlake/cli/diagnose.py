@@ -19,7 +19,7 @@ from frlake.cli._common import (
     open_session,
     print_detail,
 )
-from frlake.diagnose.words import detail_text, role_text, waiting_text, weaker_text
+from frlake.diagnose.words import detail_text, role_text, stack_label, waiting_text, weaker_text
 
 if TYPE_CHECKING:
     from frlake.entities import Diagnosis
@@ -47,12 +47,33 @@ def diagnose_command(
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         diag = session.mark_complete(job, session.diagnose(job, attempt, store=False).attempt) if complete \
             else session.diagnose(job, attempt, reuse=not fresh)
+        others = [] if fmt is not Format.table else [
+            a for a in session.list_attempts(job=job, limit=OTHER_ATTEMPTS + 2)[1] if a.attempt != diag.attempt]
     if fmt in (Format.json, Format.ndjson):
         emit_json(diag.to_dict(), fmt)
     elif fmt is Format.csv:
         emit_rows(*_culprit_rows(diag), fmt)
     else:
         render_report(diag)
+        _print_other_attempts(job, others)
+
+
+OTHER_ATTEMPTS = 10  # the job's other attempts a report lists, newest first
+
+
+def _print_other_attempts(job: str, others) -> None:
+    """The job's other attempts, one line each: an attempt that hung before this one is part of the story."""
+    if not others:
+        return
+    console.print(f"\n[bold]Other attempts of {escape(job)}[/], newest first (each: --attempt N):",
+                  highlight=False)
+    for a in others[:OTHER_ATTEMPTS]:
+        cause = (f": rank {a.root_rank} on {a.root_host or 'an unknown host'} ({a.root_reason})"
+                 if a.root_rank is not None and a.verdict != "healthy" else "")
+        print_detail(f"attempt {a.attempt}: {a.verdict or 'not diagnosed yet'}{cause}")
+    if len(others) > OTHER_ATTEMPTS:
+        console.print(f"  ... and more: frlake query \"SELECT attempt, verdict FROM incidents WHERE job = "
+                      f"'{escape(job)}'\"", highlight=False)
 
 
 def rediagnose_command(
@@ -110,17 +131,17 @@ def render_report(diag: Diagnosis) -> None:
         print_detail(f"waiting for it: {waiting_text(root.to_dict())}")
     if root.expected is not None:
         print_detail(f"expected {root.expected}, found {root.found}")
-    if root.lateness_ms is not None:
+    weaker, extra = weaker_text(root.to_dict()), detail_text(root.to_dict())
+    if root.lateness_ms is not None:  # the straggler's p-value is in its detail, said once
         console.print(f"  typically {root.lateness_ms:.1f} ms late"
                       + (f" (p = {root.p_value:.2g}, {root.effect_size:g} sd above the others)"
-                         if root.p_value is not None else ""))
-    weaker, extra = weaker_text(root.to_dict()), detail_text(root.to_dict())
+                         if root.p_value is not None and not extra else ""))
     if extra:  # the straggler's evidence, a suspect's reason, a weaker kind of evidence (labelled once)
         print_detail(extra, lead=f"{weaker}: " if weaker else "", lead_style="yellow")
     elif weaker:
         print_detail("", lead=weaker, lead_style="yellow")
     if root.stack:
-        console.print("  FR stack, its last collective (innermost first):")
+        print_detail(f"FR stack of {stack_label(root.to_dict())} (innermost first, its own code first):")
         _print_frames(root.stack)
     if root.live_stack:
         live = root.live_stack
@@ -143,9 +164,15 @@ def render_report(diag: Diagnosis) -> None:
 
 
 def _print_frames(frames: list[dict]) -> None:
-    for f in frames[:12]:
+    """The user's frames, then how many of torch's and Python's there are (-f json lists them)."""
+    from frlake.entities import user_frames_first
+
+    own, library = user_frames_first(frames)
+    for f in (own or library)[:12]:
         short = "/".join(str(f.get("filename") or "").split("/")[-3:])
         console.print(f"    {f.get('name')}  {short}:{f.get('line')}", highlight=False, soft_wrap=True, markup=False)
+    if own and library:
+        console.print(f"    ... and {len(library)} frames of torch and Python (-f json lists them)", highlight=False)
 
 
 def format_ns(ns: int | None) -> str:

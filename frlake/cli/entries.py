@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from frlake.query.side_by_side import Cell
 
 _STATE = {"completed": "C", "started": "S", "scheduled": "Q"}
+HUNG_REASONS = ("missing", "no_dump")  # a root cause at a collective that never completed
 
 
 def entries_command(
@@ -55,6 +56,8 @@ def entries_command(
         flt = EntryFilter(ranks=_ranks(ranks), pgs=tuple(pg) if pg else None, seq_from=lo, seq_to=hi)
         view = session.entries(job, attempt, flt)
         diff = session.stack_diff(job, view.attempt)
+        root = session.stored_diagnosis(job, view.attempt).root
+    at = (root.pg, root.seq) if root is not None and root.reason in HUNG_REASONS else None
     if fmt is Format.json:
         emit_json({**view.to_dict(), "stacks": [g.to_dict() for g in diff]})
         return
@@ -63,7 +66,8 @@ def entries_command(
     rows = []
     for c in view.collectives:
         cells = [_cell(c.cells.get(r), fmt) if r in c.members else "" for r in ranks_shown]
-        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.op, "yes" if c.agree else "NO",
+        agree = "HANG" if (c.pg, c.seq) == at else "yes" if c.agree and not c.missing else "NO"
+        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.op, agree,
                      *cells])
     emit_rows(columns, rows, fmt, title=f"{view.job} attempt {view.attempt}: {len(rows)} collectives")
     if fmt is Format.table:
@@ -74,6 +78,10 @@ def entries_command(
             groups = f" in group {', '.join(view.pgs)}" if view.pgs and not pg else ""
             console.print(f"[yellow]ranks: {len(ranks_shown)} of {view.ranks_total}, the culprits and the ranks "
                           f"nearest them{escape(groups)}: choose others with --ranks and --pg[/]")
+        console.print("A cell: the rank's state (Q scheduled, S started, C completed) and when it arrived, in ms "
+                      "after the group's first member; - no entry (it never joined); blank: not a member. "
+                      "agree: HANG is the collective the diagnosis says hangs; NO, the members disagree on op, "
+                      "sizes or dtypes, or one is missing.", highlight=False)
         console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
         for g in diff[:20]:
             print_detail(f"rank{'s' if len(g.ranks) > 1 else ''} {ranks_text(g.ranks)} "

@@ -200,9 +200,16 @@ def _stall_culprit(s: hang.Stall, ev: Evidence, hosts: dict[int, str], stack_of_
             detail += " (the dumps' time is their files' mtime: their names carry no time)"
     return Culprit(rank=s.rank, host=hosts.get(s.rank), reason=s.reason, role=role or s.role, pg=ev.name(s.pg),
                    pg_ranks=_split_members(ev, s.pg), pg_desc=s.pg_desc, seq=s.seq, op=s.op, waiters=s.waiters,
-                   stack_id=stack_of_last.get(s.rank), detail=detail,
+                   stack_id=stack_of_last.get(s.rank), stack_entry=_entry_of(ev.last.get(s.rank), s), detail=detail,
                    evidence=None if s.evidence == "no_dump" and role == "victim" else s.evidence,
                    waiting_for=named(s.waiting_for) or None, waited_by=named(s.waited_by) or None)
+
+
+def _entry_of(last, stall) -> dict | None:
+    """The entry a hang culprit's stack is of (its last): said when it is not the collective it hangs at."""
+    if last is None or (last.pg, last.seq) == (stall.pg, stall.seq):
+        return None
+    return {"op": last.op, "pg": last.pg, "pg_desc": last.pg_desc, "seq": last.seq}
 
 
 def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:

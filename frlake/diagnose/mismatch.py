@@ -200,7 +200,8 @@ def _details(con: duckdb.DuckDBPyConnection, ev: Evidence,
         )
         SELECT w.for_pg, w.seq, w.rank, w.here, w.pg_desc, w.op, w.t, w.stack_id, w.type_sig, w.size_sig,
                w.dtype_sig, string_agg(en.op, ' + ' ORDER BY en.entry_index),
-               string_agg(en.input_sizes::VARCHAR || ' -> ' || en.output_sizes::VARCHAR, ' + ' ORDER BY en.entry_index),
+               string_agg('input ' || en.input_sizes::VARCHAR || ', output ' || en.output_sizes::VARCHAR, ' + '
+                          ORDER BY en.entry_index),
                string_agg(en.input_dtypes::VARCHAR, ' + ' ORDER BY en.entry_index)
         FROM who w JOIN {ev.rel.entries} e ON e.rank = w.rank AND e.pg_name = w.pg_name AND e.seq = w.seq
           AND NOT e.is_p2p AND NOT e.marker

@@ -99,3 +99,23 @@ def role_text(c: dict) -> str:
     if c.get("waiting_for"):
         return "victim: waits for " + ranks_on_hosts(c["waiting_for"])
     return "victim: behind, waiting for another rank"
+
+
+def stack_label(c: dict) -> str:
+    """Which entry a culprit's FR stack is of: the collective it is named at, or (a rank that never joined
+    it) its last entry, with the collective it never reached."""
+    entry = c.get("stack_entry")
+    if not entry:
+        return f"its {c.get('op') or 'collective'} at sequence id {c.get('seq')}" if c.get("seq") is not None \
+            else "its last entry"
+    where = f"{entry.get('pg_desc') or 'group'} {entry.get('pg')}, sequence id {entry.get('seq')}"
+    never = f"; it never reached the {c.get('op')}" if c.get("reason") == "missing" and c.get("op") else ""
+    return f"its last entry, {entry.get('op')} in {where}{never}"
+
+
+def split_stack(frames: list[dict] | None) -> dict:
+    """A stack for a page: the user's frames, and torch's and Python's (folded)."""
+    from frlake.entities import user_frames_first
+
+    own, library = user_frames_first(frames)
+    return {"own": own, "library": library}

@@ -95,6 +95,8 @@ def create_app(config: ServerConfig) -> Flask:
         ranks_on_hosts,
         ranks_text,
         role_text,
+        split_stack,
+        stack_label,
         waiting_text,
         weaker_text,
     )
@@ -108,6 +110,8 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(hosts_text, "hosts_text")
     app.add_template_filter(detail_text, "detail_text")
     app.add_template_filter(weaker_text, "weaker_text")
+    app.add_template_filter(stack_label, "stack_label")
+    app.add_template_filter(split_stack, "split_stack")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
     if config.watch is not None:
