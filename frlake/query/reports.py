@@ -110,14 +110,23 @@ SLOW_RANKS = f"""
 # names, so a line moved by an edit or a torch upgrade is the same stall), so "the same stall in 14 jobs" is one
 # line; the exact signatures (files and lines) it groups are listed in it. Diagnoses stored before stall
 # signatures existed fall back to the exact one.
+# One row per stall: the same reason at the same op in the same kind of group, told apart by the user's
+# frames where the dumps carry stacks (stall_signature). A stall some dumps give no stack for (JSON dumps
+# without frames) joins its stacked kin when they are one stall; when they are several, which one it is the
+# data cannot tell, and it keeps a row of its own (reason:op@group).
 HANGS = f"""
     WITH {_ATTEMPTS},
     h AS (
-      SELECT c.*, att.started_ns AS att_started,
-             c.reason || ':' || coalesce(c.stall_signature, c.stack_signature,
-                                         coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?')) AS signature
+      SELECT c.*, att.started_ns AS att_started, coalesce(c.stall_signature, c.stack_signature) AS sig,
+             c.reason || ':' || coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?') AS place
       FROM culprits c JOIN att USING (job, attempt)
-      WHERE c.position = 0 AND c.verdict IN ({_INCIDENTS})
+      WHERE c.position = 0 AND c.verdict = 'hang'
+    ),
+    one AS (SELECT place, count(DISTINCT sig) AS n, min(sig) AS sig FROM h GROUP BY place),
+    k AS (
+      SELECT h.*, CASE WHEN h.sig IS NOT NULL THEN h.reason || ':' || h.sig
+                       WHEN one.n = 1 THEN h.reason || ':' || one.sig ELSE h.place END AS signature
+      FROM h JOIN one USING (place)
     )
     SELECT signature, min(top_frame) AS top_frame, mode(reason ORDER BY reason) AS reason, mode(op ORDER BY op) AS op,
            mode(pg_desc ORDER BY pg_desc) AS pg_desc,
@@ -127,7 +136,7 @@ HANGS = f"""
            list(struct_pack(started_at := make_timestamp(att_started // 1000), job := job, attempt := attempt,
                             verdict := verdict, pg := pg, pg_desc := pg_desc, seq := seq, op := op,
                             rank := rank, host := host, reason := reason) ORDER BY att_started, job, attempt) AS evidence
-    FROM h GROUP BY signature
+    FROM k GROUP BY signature
     ORDER BY attempts DESC, last_seen DESC, signature
 """
 
@@ -191,7 +200,7 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks"),
-    Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall?",
+    Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature"),
            "hangs.html", "Hangs"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
