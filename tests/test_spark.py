@@ -114,7 +114,8 @@ def test_spark_report_rows_equal_duckdbs_on_the_corpus(spark, corpus_lake, name)
             assert [normal(r) for r in got] == [normal(r) for r in want], (name, window, limit)
         # without normalising: the same Python values (naive UTC timestamps, dicts, lists), in the same order
         rows = run_report(spark, fl, name)
-        assert rows == fl.report(name) and len(rows) >= 5
+        # enough to compare: the corpus's five hangs are one stall, one row of five attempts
+        assert rows == fl.report(name) and sum(len(r.get("evidence") or [r]) for r in rows) >= 5
 
 
 @pytest.mark.slow
