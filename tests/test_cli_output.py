@@ -216,7 +216,8 @@ def test_through_a_pipe(corpus_lake):
 
 
 def test_ingest_lists_the_attempts_it_diagnosed_with_their_root_causes(tmp_path):
-    """After the counts, each attempt the run diagnosed: verdict and root cause, in a table of 80 columns."""
+    """After the counts, the verdicts counted, then each attempt with a fault: verdict and root cause, in a
+    table of 80 columns (the healthy ones are counted, not listed)."""
     result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(ROOT / "samples" / "fr")],
                            env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -224,11 +225,11 @@ def test_ingest_lists_the_attempts_it_diagnosed_with_their_root_causes(tmp_path)
     first, counts, listed = result.output.splitlines()[:3]
     assert first.startswith("ingested 32 dumps (445 entries) in ") and counts.strip() == (
         "already present 0, unchanged 0, rejected 0")
-    assert listed == "diagnosed 5 attempts:"
+    assert listed.startswith("diagnosed 5 attempts: ") and "1 healthy" in listed, listed
     rows = {tuple(c.strip() for c in line.strip("│").split("│")) for line in result.output.splitlines()
             if line.startswith("│ job-")}
     assert ("job-223715", "0", "hang", "rank 1 on gpu-b03") in rows  # tests/test_diagnose.py checks the truth
-    assert ("job-e79e4a", "0", "healthy", "") in rows and len(rows) == 5
+    assert not any(r[0] == "job-e79e4a" for r in rows) and len(rows) == 4
     again = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(ROOT / "samples" / "fr")])
     assert "diagnosed" not in again.output  # nothing new, nothing diagnosed
 
@@ -315,6 +316,16 @@ def test_a_hang_report_says_whose_stack_it_shows_and_folds_torch(corpus_lake, co
     stack = result.output.split("own code first):")[1].splitlines()
     assert "gen_fr_job.py" in stack[1] and "frames of torch and Python" in " ".join(stack[2:4])
     assert "distributed_c10d" not in result.output
+
+
+def test_an_ingest_of_many_attempts_counts_the_verdicts_and_lists_every_fault(tmp_path, corpus):
+    """30 attempts: the counts by verdict, then all 15 with a fault (none of the healthy), none hidden."""
+    result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(corpus)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines_fit(result.output)
+    assert "diagnosed 30 attempts: 5 hang, 5 mismatch, 5 straggler, 15 healthy" in result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│ job-")]
+    assert len(rows) == 15 and not any("healthy" in r for r in rows)
 
 
 def test_a_straggler_says_its_p_value_once_and_the_job_its_other_attempts(corpus_lake):

@@ -138,14 +138,26 @@ def _print_summary(summary) -> None:
         _print_diagnosed(summary.diagnosed)
 
 
+UNHEALTHY_SHOWN = 50  # attempts with a fault an ingest summary lists; the rest are a query away
+
+
 def _print_diagnosed(diagnosed: list[Brief]) -> None:
-    """The attempts this run diagnosed, each with its verdict and root cause, or its suspects when the data
-    cannot tell (the summary lists an attempt's first culprits only: a third is "and more"), the unhealthy
-    ones first."""
+    """The attempts this run diagnosed: how many of each verdict, then every one that is not healthy, with
+    its root cause or its suspects when the data cannot tell (the summary keeps an attempt's first culprits
+    only: a third is "and more"); past UNHEALTHY_SHOWN, the query that lists them all."""
+    from collections import Counter
+
     from frlake.cli._table import render
 
+    counts = Counter(d.verdict for d in diagnosed)
+    order = sorted(counts, key=lambda v: (v == "healthy", -counts[v], v))
+    console.print(f"diagnosed {len(diagnosed)} attempt{'s' if len(diagnosed) != 1 else ''}: "
+                  + ", ".join(f"{counts[v]} {v}" for v in order), highlight=False)
+    faults = sorted((d for d in diagnosed if d.verdict != "healthy"), key=lambda d: (d.job, d.attempt))
+    if not faults:
+        return
     rows = []
-    for d in diagnosed:
+    for d in faults[:UNHEALTHY_SHOWN]:
         roots = [c for c in d.culprits if c.role == "root"]
         suspects = [] if roots else [c for c in d.culprits if c.role == "suspect"]
         roots = roots or suspects
@@ -155,7 +167,8 @@ def _print_diagnosed(diagnosed: list[Brief]) -> None:
         if suspects:
             cause = f"suspect{'s' if len(suspects) > 1 else ''}: {cause}"
         rows.append([d.job, d.attempt, d.verdict, cause + (" and more" if len(roots) > 2 else "")])
-    rows.sort(key=lambda r: (r[2] == "healthy", r[0], r[1]))
-    console.print(f"diagnosed {len(rows)} attempt{'s' if len(rows) != 1 else ''}:", highlight=False)
-    sys.stdout.write(render(["job", "attempt", "verdict", "root cause"], rows, max_rows=20))
+    sys.stdout.write(render(["job", "attempt", "verdict", "root cause"], rows))
+    if len(faults) > UNHEALTHY_SHOWN:
+        console.print(f"  {len(faults) - UNHEALTHY_SHOWN} more: frlake query \"SELECT job, attempt, verdict, summary "
+                      "FROM incidents WHERE verdict <> 'healthy' ORDER BY started DESC\"", highlight=False)
     console.print("  the evidence of each: frlake diagnose JOB --attempt N", highlight=False)
