@@ -69,6 +69,60 @@ def cell_text(value: object) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+# The one way frlake shows a number or a time to a person (terminal tables, pages; CSV and JSON keep the
+# values whole): a share as a percentage, a size in bytes with its unit, other floats to four significant
+# digits (never -0), times in UTC to the second.
+SHARE_COLUMNS = ("rate", "share", "confidence")  # a column named so, or ending _rate or _share, is a share
+
+
+def is_share(column: str) -> bool:
+    return column in SHARE_COLUMNS or column.endswith(("_rate", "_share"))
+
+
+def is_size(column: str) -> bool:
+    return column in ("bytes", "size") or column.endswith(("_bytes", "_size"))
+
+
+def percent_text(share: float) -> str:
+    return f"{share * 100:.1f}%".replace("-0.0%", "0.0%")
+
+
+def size_text(n: float) -> str:
+    """``1.2 MB``: decimal units, as disks and `ls -h --si` count."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def float_text(value: float) -> str:
+    return f"{value:.4g}" if value != 0 else "0"
+
+
+def time_text(value: datetime) -> str:
+    """``2026-11-29 07:48:12 UTC``: the pages', the reports' and the logs' one form."""
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def display_text(value: object, column: str = "") -> str:
+    """A value as a person reads it in a table of ``column``'s values (cell_text for the rest)."""
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        if is_share(column):
+            return percent_text(value)
+        if is_size(column):
+            return size_text(value)
+        return float_text(value)
+    if isinstance(value, int) and not isinstance(value, bool) and is_size(column):
+        return size_text(value)
+    if isinstance(value, datetime):
+        return time_text(value)
+    return cell_text(value)
+
+
 def csv_lines(columns: Sequence[str], rows: Iterable[Sequence]) -> Iterable[str]:
     """CSV with LF line ends and a header even without rows."""
     buf = io.StringIO()

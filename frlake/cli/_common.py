@@ -130,7 +130,8 @@ def show_log(level: int) -> None:
 
     from rich.logging import RichHandler
 
-    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False,
+                          log_time_format="%Y-%m-%dT%H:%M:%S")  # ISO 8601, as every time frlake writes
     logger = logging.getLogger("frlake")
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -11,7 +11,7 @@ from numbers import Number
 
 from rich.cells import cell_len, set_cell_size
 
-from frlake.values import cell_text
+from frlake.values import display_text
 
 MAX_CELL = 40  # a value wider than this is cut (unless the column has the room alone)
 MIN_CELL = 6  # a column narrower than this is left out rather than squeezed
@@ -22,8 +22,8 @@ def terminal_width() -> int:
     return max(20, shutil.get_terminal_size((80, 24)).columns)
 
 
-def _text(value: object) -> str:
-    text = cell_text(value)
+def _text(value: object, column: str = "") -> str:
+    text = display_text(value, column)
     if "\n" in text or "\r" in text or "\t" in text:
         text = text.replace("\r\n", "↵").replace("\n", "↵").replace("\r", "↵").replace("\t", " ")
     return text
@@ -50,7 +50,7 @@ def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | Non
     if elided:
         head = (max_rows + 1) // 2
         shown = list(rows[:head]) + list(rows[total_rows - (max_rows - head):])
-    texts = [[_text(v) for v in row] for row in shown]
+    texts = [[_text(v, str(c)) for v, c in zip(row, columns, strict=False)] for row in shown]
     numeric = [bool(shown) and all(r[i] is None or (isinstance(r[i], Number) and not isinstance(r[i], bool))
                                    for r in shown) for i in range(len(columns))]
     natural = [max([cell_len(str(c))] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(columns)]

@@ -22,6 +22,7 @@ from frlake.cli._common import (
     user_errors,
 )
 from frlake.errors import UsageError
+from frlake.values import size_text
 
 EXIT_OK = 0  # done, or nothing matched (a retention run with nothing old enough)
 EXIT_ERROR = 1  # the lake busy past --lock-timeout, a catalog error (2: a usage error)
@@ -79,7 +80,7 @@ def forget_command(
     if quiet:
         return
     verb = "would forget" if dry_run else "forgot"
-    console.print(f"{verb} [bold]{summary.dumps}[/] dumps ({summary.bytes / 1e6:.1f} MB of original files) "
+    console.print(f"{verb} [bold]{summary.dumps}[/] dumps ({size_text(summary.bytes)} of original files) "
                   f"in {summary.seconds:.2f} s")
     for j, a in summary.attempts_removed[:50]:
         console.print(f"  {j} attempt {a}: {'would be ' if dry_run else ''}removed", highlight=False, markup=False)

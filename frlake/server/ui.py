@@ -10,6 +10,7 @@ from flask import Blueprint, current_app, request
 
 from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
+from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
 from frlake.server.api import EXAMPLES, known_host
 from frlake.server.context import attempt_facets, config, session, views
@@ -47,8 +48,9 @@ def jobs():
     page, per_page = args.pop("page"), args.pop("per_page")
     total, rows = session().list_attempts(**args)
     facets = attempt_facets(**{k: v for k, v in args.items() if k not in ("offset", "limit")})
-    table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_ns"],
-                   [[a.job, a.attempt, a.verdict, _root(a), list(a.hosts), a.n_dumps, a.started_ns] for a in rows])
+    table = Export("jobs", ["job", "attempt", "verdict", "root_cause", "hosts", "dumps", "started_at"],
+                   [[a.job, a.attempt, a.verdict, _root(a), " ".join(a.hosts), a.n_dumps, iso_ns(a.started_ns)]
+                    for a in rows])
     watcher = current_app.extensions.get("frlake_watch")
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
                    pages=max(1, -(-total // per_page)), filters=request.args, facets=facets,
