@@ -35,9 +35,9 @@ from history import plan_history, write_attempts  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
-from frlake.lifecycle import CompactOptions  # noqa: E402
 from frlake.query.reports import REPORTS  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
+from frlake.storage.compact import CompactOptions  # noqa: E402
 
 QUERY = "SELECT op, count(*) AS n, avg(duration_ms) AS ms FROM entries WHERE job = '{job}' GROUP BY op ORDER BY n DESC"
 

@@ -29,7 +29,7 @@ from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.entities import Diagnosis
 from frlake.errors import FrlakeError
-from frlake.lake import Lake
+from frlake.storage.lake import Lake
 
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
@@ -228,7 +228,7 @@ class Frlake:
         log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,
                  summary.ingested, summary.already_present, summary.unchanged, summary.rejected)
         if options.compact_min_files and summary.touched:
-            from frlake.lifecycle import CompactOptions
+            from frlake.storage.compact import CompactOptions
 
             # Only the attempts this run touched, and the stacks: the cost does not grow with the lake.
             done = self.compact([*summary.touched, (None, None)], CompactOptions(
@@ -245,9 +245,9 @@ class Frlake:
         or ``job=``, ``attempt=``, ``path=``, ``before=``): their rows in every
         table, their diagnoses and records, and the raw bytes no other dump
         refers to; then rediagnose the attempts that keep some dumps. A
-        :class:`~frlake.lifecycle.ForgetSummary`."""
+        :class:`~frlake.storage.forget.ForgetSummary`."""
         from frlake.catalog.lifecycle import ForgetSelector
-        from frlake.lifecycle import ForgetOptions, forget
+        from frlake.storage.forget import ForgetOptions, forget
 
         options = options or ForgetOptions()
         summary = forget(self.catalog, self.lake, selector or ForgetSelector(**where), options)
@@ -258,8 +258,8 @@ class Frlake:
     def compact(self, partitions=None, options=None):
         """Merge small Parquet files (of every partition, or of the given
         (job, attempt) ``partitions``; (None, None) is ``stacks``). A
-        :class:`~frlake.lifecycle.CompactSummary`."""
-        from frlake.lifecycle import CompactOptions, compact
+        :class:`~frlake.storage.compact.CompactSummary`."""
+        from frlake.storage.compact import CompactOptions, compact
 
         return compact(self.catalog, self.lake, partitions, options or CompactOptions())
 
@@ -360,14 +360,14 @@ class Frlake:
         return out
 
     def _summary_writer(self):
-        from frlake.summaries import SummaryWriter
+        from frlake.storage.summary_tables import SummaryWriter
 
         return SummaryWriter(self.catalog, self.lake)
 
     def _diagnose_one(self, writer, job: str, attempt: int, complete: bool | None, *,
                       resummarise: bool) -> Diagnosis:
         """Diagnose one attempt and store the diagnosis with the attempt's
-        summary tables (frlake.summaries), both made from the same views.
+        summary tables (frlake.storage.summary_tables), both made from the same views.
         Without ``resummarise``, an attempt whose diagnosis is not due keeps
         its summaries: they are those of the revision it is still at (at
         16,384 ranks they cost as much again as the diagnosis)."""
@@ -380,13 +380,13 @@ class Frlake:
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,
                  summarise: bool = False, copies: bool = True) -> tuple[Diagnosis, object]:
         """The diagnosis, and with ``summarise`` the attempt's
-        :class:`~frlake.summaries.AttemptSummary` (else None). Each
+        :class:`~frlake.storage.summary_tables.AttemptSummary` (else None). Each
         attempt is read through views over its own files only, so a diagnosis
         costs the same however long the history is. ``complete`` None: as the
         stored diagnosis says (a user's mark is never lost). ``copies`` False: the caller knows that no file
         holds a copy of the attempt's dumps in another place (Catalog.diagnosis_state)."""
         from frlake.diagnose.analyze import diagnose_attempt
-        from frlake.summaries import summarise as attempt_summary
+        from frlake.storage.summary_tables import summarise as attempt_summary
 
         if complete is None:  # the stored report is read only if it holds the mark
             complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])

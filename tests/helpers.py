@@ -123,7 +123,7 @@ def assert_outside_readers_see_only_committed(settings) -> None:
 def assert_lake_is_clean(settings) -> None:
     """Nothing pending, nothing retired left, and exactly the committed files on disk."""
     from frlake.catalog.store import Catalog
-    from frlake.lake import hidden_path
+    from frlake.storage.lake import hidden_path
 
     catalog = Catalog(settings.db_url)
     try:

@@ -157,7 +157,7 @@ def test_explicit_options_win_over_the_layout(tmp_path, corpus, views):
 
 
 def test_original_bytes_are_kept_and_come_back_exactly(corpus, corpus_lake, views):
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     lake = Lake(corpus_lake.lake)
     con = views(corpus_lake.lake)

@@ -23,7 +23,7 @@ from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import LakeLocked
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.lake import Lake
+from frlake.storage.lake import Lake
 from tests.helpers import diagnose, ingest
 
 ROOT = Path(__file__).resolve().parent.parent

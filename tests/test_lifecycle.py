@@ -15,8 +15,9 @@ from frlake.catalog.store import Catalog
 from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.lifecycle import CompactOptions, ForgetOptions
 from frlake.session import Frlake
+from frlake.storage.compact import CompactOptions
+from frlake.storage.forget import ForgetOptions
 from tests.helpers import assert_lake_is_clean, ingest, snapshot, visible_parquet
 
 JOB = "job-f70c5d"  # 3 attempts of 8 ranks each
@@ -285,7 +286,7 @@ def test_quiet_ingest_prints_only_problems(tmp_path, corpus):
 
 
 def test_a_busy_lake_makes_ingest_exit_1_with_a_clear_message(tmp_path, corpus):
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings)
@@ -349,7 +350,7 @@ def test_a_rewrite_holds_a_row_group_of_bounded_bytes(tmp_path):
     import pyarrow.parquet as pq
 
     from frlake import schema
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     world = list(range(16384))
     rows = [{"dump_id": d, "rank": d, "host": "h", "pg_name": "0", "pg_desc": "default_pg", "ranks": world,
@@ -364,14 +365,14 @@ def test_a_rewrite_holds_a_row_group_of_bounded_bytes(tmp_path):
 
 
 def test_read_ahead_gives_every_batch_in_order_holds_few_and_stops_with_its_caller():
-    """A rewrite decodes the next batches while it writes the ones before (frlake.lifecycle.rewrite.read_ahead):
+    """A rewrite decodes the next batches while it writes the ones before (frlake.storage.rewrite.read_ahead):
     every batch comes, in order; no more than its byte budget (and the batch being read) waits; the reader's
     error reaches the caller; and a caller that stops stops the reader."""
     import threading
 
     import pyarrow as pa
 
-    from frlake.lifecycle.rewrite import read_ahead
+    from frlake.storage.rewrite import read_ahead
 
     batches = [pa.record_batch({"x": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(40)]
     size = batches[0].nbytes

@@ -14,10 +14,10 @@ from sqlalchemy import update
 
 from frlake.catalog.models import LakeFile
 from frlake.config import Settings
-from frlake.lifecycle import CompactOptions
 from frlake.schema import SIGNED, schema_variable
 from frlake.session import Frlake
 from frlake.signatures import EMPTY_LIST, NO_LIST, signatures, value_signature
+from frlake.storage.compact import CompactOptions
 from tests.helpers import ingest
 from tests.test_diagnose_p2p import _steps, _write_job
 

@@ -14,11 +14,11 @@ import pytest
 
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.lifecycle import CompactOptions
 from frlake.query.reports import REPORTS
 from frlake.query.window import Window
 from frlake.schema import SUMMARY_TABLES
 from frlake.session import Frlake
+from frlake.storage.compact import CompactOptions
 from tests.fleet import slow_link_attempt, slow_link_fleet, write_timed
 from tests.helpers import assert_lake_is_clean, ingest
 
@@ -157,7 +157,7 @@ def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it
 def test_a_diagnosis_older_than_the_stored_one_leaves_the_summary_alone(timed, tmp_path):
     """Two processes diagnosing one attempt: the one that read an older revision stores nothing, and its
     files are withdrawn (no pending record, no stray file)."""
-    from frlake.summaries import SummaryWriter
+    from frlake.storage.summary_tables import SummaryWriter
 
     lake = tmp_path / "copy"
     shutil.copytree(timed.lake, lake)

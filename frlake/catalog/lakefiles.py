@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, func, insert, or_, select, update
 
 from frlake.catalog.models import Dump, LakeFile, RetiredFile
-from frlake.lake import hidden_path
+from frlake.storage.lake import hidden_path
 
 _CHUNK = 500
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace

@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, insert, or_, select, update
 
 from frlake.catalog.lakefiles import CommittedFile, chunks
 from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, Job, RankStat, RetiredFile, SourceFile
-from frlake.lake import raw_rel_path
+from frlake.storage.lake import raw_rel_path
 
 
 @dataclass(frozen=True)

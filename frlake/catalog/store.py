@@ -351,7 +351,7 @@ class Catalog(LakeFiles, Lifecycle):
         attempt held at ``revision``: the report, its culprits (with their
         stack signatures) and the notable ranks' lateness. ``files``: (new
         pending files, old committed files) of the attempt's summary tables,
-        switched in the same transaction (frlake.summaries). Returns False,
+        switched in the same transaction (frlake.storage.summary_tables). Returns False,
         storing nothing, when the attempt is gone or holds a diagnosis made
         from a newer revision."""
         now = utcnow()

@@ -56,7 +56,7 @@ def forget_command(
     from datetime import UTC, datetime, timedelta
 
     from frlake.catalog.lifecycle import ForgetSelector
-    from frlake.lifecycle import ForgetOptions
+    from frlake.storage.forget import ForgetOptions
 
     with user_errors():
         cutoff = parse_date(before) if before else None

@@ -1,7 +1,7 @@
 """The ingest run: scan, skip what is unchanged, parse in workers, publish.
 
 Each chunk of files is published under the lake's write lock through
-frlake.publish (staged -> pending -> hidden name -> one catalog transaction
+frlake.storage.publish (staged -> pending -> hidden name -> one catalog transaction
 -> final name); a crash leaves pending rows that the next run's recovery
 removes before it starts, and then re-ingests those dumps.
 
@@ -46,8 +46,8 @@ from frlake.ingest.worker import (
     stacks_table,
     worker_ready,
 )
-from frlake.lake import Lake, new_part_name
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.version import __version__
 
 MAX_REPORTED_REJECTS = 1000
@@ -67,7 +67,7 @@ class IngestOptions:
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
     lock_timeout_s: float | None = 600.0  # how long a batch waits for another writer to release the lake
     retry_rejected: bool = False  # read every rejected file again, whatever it was rejected for
-    retire_grace_s: float = DEFAULT_GRACE_S  # retired files older than this are deleted (frlake.publish.sweep)
+    retire_grace_s: float = DEFAULT_GRACE_S  # retired files older than this are deleted (frlake.storage.publish.sweep)
     compact_min_files: int | None = 16  # the session compacts a touched partition with this many files (None: never)
 
 

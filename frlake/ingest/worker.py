@@ -29,7 +29,7 @@ from frlake.ingest import livestacks
 from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_interval, name_time_ns
 from frlake.ingest.parse import Limits, ParsedDump, parse_bytes
 from frlake.ingest.sources import Source, read_regular_file
-from frlake.lake import Lake, compress_raw, new_part_name
+from frlake.storage.lake import Lake, compress_raw, new_part_name
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ times, not the measured duration, so it is never taken for a slow link.
 
 Everything up to a host's share of each collective is per attempt, so it is
 computed once, when the attempt is diagnosed, from the entries the diagnosis
-read (:func:`summarise`, stored by frlake.summaries in the tables
+read (:func:`summarise`, stored by frlake.storage.summary_tables in the tables
 ``collective_durations`` and ``watchdog_lags``), and the report reads those
 rows, not the entries. A
 host's watchdog lag is the median of its per-attempt medians.

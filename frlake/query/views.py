@@ -9,9 +9,9 @@ import pyarrow as pa
 
 from frlake import schema
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
+from frlake.storage.lake import Lake
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).

@@ -5,7 +5,7 @@ tables").
 
 A :class:`SummaryWriter` stores a diagnosis together with the attempt's
 summary rows. Under the lake's write lock the new files are published under
-hidden names (frlake.publish), and one catalog transaction stores the
+hidden names (frlake.storage.publish), and one catalog transaction stores the
 diagnosis, makes the new files visible and retires the attempt's old ones.
 So an attempt's summaries are always those of its stored diagnosis: a
 diagnosis made from an older revision than the stored one stores neither; a
@@ -27,9 +27,9 @@ import pyarrow as pa
 from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.catalog.store import Catalog
 from frlake.entities import Diagnosis
-from frlake.lake import Lake, new_part_name
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES
+from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 
 if TYPE_CHECKING:
     import duckdb

@@ -8,7 +8,7 @@ written in the table's current schema (frlake.schema: the columns a newer
 frlake added are NULL in older files' rows, but for the entries' signatures,
 made from their lists). A partition with files of an older schema version
 has them rewritten in the current one, whatever their number and size.
-Each partition switches in one catalog transaction (frlake.publish); the
+Each partition switches in one catalog transaction (frlake.storage.publish); the
 replaced files are retired and deleted once the grace period is over.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, field
 
 from frlake.catalog.lakefiles import CommittedFile, partition_order
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake
-from frlake.lifecycle.rewrite import rewrite
-from frlake.publish import DEFAULT_GRACE_S, publish, recover, sweep
 from frlake.schema import schema_version
+from frlake.storage.lake import Lake
+from frlake.storage.publish import DEFAULT_GRACE_S, publish, recover, sweep
+from frlake.storage.rewrite import rewrite
 
 log = logging.getLogger("frlake.compact")
 

@@ -1,6 +1,6 @@
 """Forget dumps: by job, attempt, source path or age (retention).
 
-Under the lake's write lock, in one catalog transaction (frlake.publish):
+Under the lake's write lock, in one catalog transaction (frlake.storage.publish):
 the attempts that lose every dump lose their files, diagnoses and records;
 an attempt that keeps some dumps gets its files rewritten without the others
 (its summary files are retired, not rewritten) and its diagnosis becomes
@@ -24,10 +24,10 @@ from frlake.catalog.lakefiles import CommittedFile
 from frlake.catalog.lifecycle import ForgetPlan, ForgetSelector
 from frlake.catalog.store import Catalog
 from frlake.errors import FrlakeError
-from frlake.lake import Lake
-from frlake.lifecycle.rewrite import rewrite, without_dumps
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES
+from frlake.storage.lake import Lake
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.storage.rewrite import rewrite, without_dumps
 
 log = logging.getLogger("frlake.forget")
 

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from frlake.catalog.lakefiles import LakeFileSpec
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake, hidden_path
+from frlake.storage.lake import Lake, hidden_path
 
 log = logging.getLogger("frlake.publish")
 
