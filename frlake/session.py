@@ -241,13 +241,13 @@ class Frlake:
 
     # -- lifecycle ---------------------------------------------------------------
     def forget(self, selector=None, options=None, **where):
-        """Forget dumps (a :class:`~frlake.catalog.lifecycle.ForgetSelector`,
+        """Forget dumps (a :class:`~frlake.storage.forget_plan.ForgetSelector`,
         or ``job=``, ``attempt=``, ``path=``, ``before=``): their rows in every
         table, their diagnoses and records, and the raw bytes no other dump
         refers to; then rediagnose the attempts that keep some dumps. A
         :class:`~frlake.storage.forget.ForgetSummary`."""
-        from frlake.catalog.lifecycle import ForgetSelector
         from frlake.storage.forget import ForgetOptions, forget
+        from frlake.storage.forget_plan import ForgetSelector
 
         options = options or ForgetOptions()
         summary = forget(self.catalog, self.lake, selector or ForgetSelector(**where), options)
@@ -386,14 +386,19 @@ class Frlake:
         stored diagnosis says (a user's mark is never lost). ``copies`` False: the caller knows that no file
         holds a copy of the attempt's dumps in another place (Catalog.diagnosis_state)."""
         from frlake.diagnose.analyze import diagnose_attempt
-        from frlake.storage.summary_tables import summarise as attempt_summary
+        from frlake.query.links import holds_summary
+        from frlake.query.links import summarise as summary_rows
+        from frlake.storage.summary_tables import AttemptSummary
 
         if complete is None:  # the stored report is read only if it holds the mark
             complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])
         claimed = self.catalog.claimed_twice(job, attempt) if copies else {}
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed)
-            return diag, attempt_summary(con, job, attempt) if summarise else None
+            if not summarise:
+                return diag, None
+            had = holds_summary(con, job, attempt)
+            return diag, AttemptSummary(summary_rows(con), had)
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
         if attempt is None:

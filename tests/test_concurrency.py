@@ -15,6 +15,7 @@ import pytest
 
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
+from frlake.storage.files import LakeFiles
 from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot
 
 pytestmark = pytest.mark.slow
@@ -73,7 +74,7 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
     assert con.execute("SELECT count(*) FROM files").fetchone()[0] == n_files
     assert con.execute("SELECT count(*) FROM (SELECT path FROM files GROUP BY path HAVING count(*) > 1)").fetchone()[0] == 0
     catalog = Catalog(settings.db_url)
-    assert catalog.pending_lake_files() == [] and catalog.pending_diagnoses() == []
+    assert LakeFiles(catalog).pending() == [] and catalog.pending_diagnoses() == []
     assert {s for f in catalog.files() for s in [f.status]} <= {"ingested", "duplicate"}
     catalog.close()
     clean = Settings.resolve(tmp_path / "clean")

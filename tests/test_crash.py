@@ -16,6 +16,7 @@ import pytest
 from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
+from frlake.storage.files import LakeFiles
 from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot, visible_parquet
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
 def lake_is_consistent(settings: Settings) -> None:
     catalog = Catalog(settings.db_url)
-    committed = {f.path for f in catalog.committed_files()}
-    assert catalog.pending_lake_files() == [] and catalog.publishing_lake_files() == []
+    committed = {f.path for f in LakeFiles(catalog).committed()}
+    assert LakeFiles(catalog).pending() == [] and LakeFiles(catalog).publishing() == []
     catalog.close()
     assert visible_parquet(settings) == committed, "every Parquet file an outside reader sees is committed, and only those"
 
@@ -94,5 +95,5 @@ def test_kill_a_diagnosis_while_it_writes_summaries_then_rerun(tmp_path, timed_l
     assert snapshot(settings) == clean_tables
     catalog = Catalog(settings.db_url)
     assert catalog.pending_diagnoses() == []
-    assert {f.table for f in catalog.committed_files()} >= {"collective_durations", "watchdog_lags"}
+    assert {f.table for f in LakeFiles(catalog).committed()} >= {"collective_durations", "watchdog_lags"}
     catalog.close()

@@ -17,6 +17,7 @@ from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.session import Frlake
 from frlake.storage.compact import CompactOptions
+from frlake.storage.files import LakeFiles
 from frlake.storage.forget import ForgetOptions
 from tests.helpers import assert_lake_is_clean, ingest, snapshot, visible_parquet
 
@@ -182,12 +183,12 @@ def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
     before = snapshot(settings)
     with Frlake(settings) as fl:
-        n_before = len(fl.catalog.committed_files())
+        n_before = len(LakeFiles(fl.catalog).committed())
         early = fl.connect()  # a reader that built its views before the compaction
         count = early.execute("SELECT count(*) FROM entries").fetchone()[0]
         summary = fl.compact(options=CompactOptions())
         assert summary.files_before > summary.files_after
-        files = fl.catalog.committed_files()
+        files = LakeFiles(fl.catalog).committed()
         per_partition = {(f.table, f.job, f.attempt) for f in files}
         assert len(files) == len(per_partition) < n_before, "one file per table and attempt, and one of stacks"
         assert early.execute("SELECT count(*) FROM entries").fetchone()[0] == count, "the old files stay for readers"
@@ -207,7 +208,7 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None, diagnose=False))
     before = snapshot(settings)
     with Frlake(settings) as fl:
-        files = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        files = [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)]
         assert len(files) == 8
         rows = [pq.read_table(settings.lake / f.readable).to_pylist() for f in files]
         target = sum(f.bytes for f in files) // 3 + 1  # about three merged files
@@ -216,11 +217,11 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
         victim.write_bytes(whole[: len(whole) // 2])
         with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow says of a truncated file
             fl.compact([(JOB, 0)], CompactOptions(target_bytes=target))
-        assert [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)] == files
+        assert [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)] == files
         assert not list((settings.lake / ".staging").rglob("*.parquet*")), "no merged file is left staged"
         victim.write_bytes(whole)
         summary = fl.compact([(JOB, 0)], CompactOptions(target_bytes=target, retire_grace_s=0))
-        merged = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        merged = [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)]
         assert summary.files_before >= 8 and len(merged) >= 2
         got = [r for f in merged for r in pq.read_table(settings.lake / f.readable).to_pylist()]
         assert got == [r for part in rows for r in part], "the rows of the old files, in their order"
@@ -233,11 +234,11 @@ def test_compaction_writes_the_current_schema(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(chunk_files=2, compact_min_files=None))
     with Frlake(settings) as fl:
-        old = fl.catalog.committed_files("dumps")[0]
+        old = LakeFiles(fl.catalog).committed("dumps")[0]
         path = settings.lake / old.readable
         pq.write_table(pq.read_table(path).drop_columns(["extra"]), path)
         fl.compact(options=CompactOptions(retire_grace_s=0))
-        merged = fl.catalog.committed_files("dumps")
+        merged = LakeFiles(fl.catalog).committed("dumps")
         assert len(merged) == 1
         table = pq.read_table(settings.lake / merged[0].readable)
         assert "extra" in table.column_names and table.num_rows == 4
@@ -250,7 +251,7 @@ def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
     summary = ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=4))
     assert summary.compacted > 0
     with Frlake(settings) as fl:
-        for table, job, attempt, n in fl.catalog.partition_file_counts(min_files=1):
+        for table, job, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1):
             assert n < 4, (table, job, attempt, n)
         assert fl.connect().execute("SELECT count(*) FROM dumps").fetchone()[0] == 24
 
@@ -260,7 +261,7 @@ def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wr
     summary = ingest([tree], settings, IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
     assert summary.compacted == 0
     with Frlake(settings) as fl:
-        counts = {(table, attempt): n for table, _, attempt, n in fl.catalog.partition_file_counts(min_files=1)
+        counts = {(table, attempt): n for table, _, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1)
                   if table != "stacks"}
     # each attempt's 8 dumps in 2 whole batches of 4 (cutting the last batches smaller made 7 files of attempt 2)
     assert set(counts.values()) == {2} and {a for _, a in counts} == {0, 1, 2}, counts

@@ -19,6 +19,7 @@ from frlake.query.window import Window
 from frlake.schema import SUMMARY_TABLES
 from frlake.session import Frlake
 from frlake.storage.compact import CompactOptions
+from frlake.storage.files import LakeFiles
 from tests.fleet import slow_link_attempt, slow_link_fleet, write_timed
 from tests.helpers import assert_lake_is_clean, ingest
 
@@ -97,7 +98,7 @@ def test_the_page_lists_the_slow_link(timed):
 def _summary_files(settings: Settings, key: tuple[str, int]) -> dict[str, int]:
     catalog = Catalog(settings.db_url)
     try:
-        return {t: len(catalog.committed_files(t, key)) for t in SUMMARY_TABLES}
+        return {t: len(LakeFiles(catalog).committed(t, key)) for t in SUMMARY_TABLES}
     finally:
         catalog.close()
 
@@ -168,7 +169,7 @@ def test_a_diagnosis_older_than_the_stored_one_leaves_the_summary_alone(timed, t
         with SummaryWriter(fl.catalog, fl.lake) as writer:
             assert writer.store(diag, -1, rows) is False  # the stored diagnosis saw revision >= 0
             assert writer.store(diag, fl.catalog.attempt_revision("job-x", 0), rows) is True
-        assert fl.catalog.pending_lake_files() == []
+        assert LakeFiles(fl.catalog).pending() == []
     assert _summary_files(settings, ("job-x", 0)) == before
     with Frlake(settings) as fl:
         fl.compact(options=CompactOptions(retire_grace_s=0))  # a writer that sweeps the retired files
@@ -225,7 +226,7 @@ def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_t
 
     def files() -> list[str]:
         with Frlake(settings) as fl:
-            return sorted(f.path for t in SUMMARY_TABLES for f in fl.catalog.committed_files(t, key))
+            return sorted(f.path for t in SUMMARY_TABLES for f in LakeFiles(fl.catalog).committed(t, key))
 
     before, (stored, _) = files(), _stored_and_fresh(settings, *key)
     with Frlake(settings) as fl:

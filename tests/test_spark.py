@@ -35,6 +35,7 @@ from frlake.ingest.identity import IdentityOptions  # noqa: E402
 from frlake.query.reports import REPORTS  # noqa: E402
 from frlake.query.window import Window  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
+from frlake.storage.files import LakeFiles  # noqa: E402
 from tests.helpers import ROOT, copy_tree, ingest  # noqa: E402
 
 
@@ -177,7 +178,7 @@ def test_views_read_the_committed_files_only(spark, tmp_path, corpus):
         register_views(spark, fl, ["entries"])
         before = spark.sql("SELECT count(*) FROM entries").first()[0]
         # a file the catalog never committed: a publication in progress, or one compaction replaced
-        committed = fl.lake.root / fl.catalog.lake_files("entries")[0]
+        committed = fl.lake.root / LakeFiles(fl.catalog).paths("entries")[0]
         stray = committed.with_name("part-stray.parquet")
         stray.write_bytes(committed.read_bytes())
         register_views(spark, fl, ["entries"])
@@ -204,7 +205,7 @@ def plain_read_files(spark, settings: Settings) -> set[str]:
 def committed_files(settings: Settings) -> set[str]:
     catalog = Catalog(settings.db_url)
     try:
-        return {p for paths in catalog.table_files(final=True).values() for p in paths}
+        return {p for paths in LakeFiles(catalog).table_files(final=True).values() for p in paths}
     finally:
         catalog.close()
 
@@ -225,8 +226,8 @@ def _committed_final_names(catalog: Catalog) -> set[str]:
     their final names were being linked (status ``publishing``: the next run finishes them)."""
     from sqlalchemy import select
 
-    from frlake.catalog.lakefiles import VISIBLE
     from frlake.catalog.models import LakeFile
+    from frlake.storage.files import VISIBLE
 
     with catalog.session() as s:
         return set(s.scalars(select(LakeFile.path).where(LakeFile.status.in_(VISIBLE))))

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, insert, or_, select, text, true, tuple_, update
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from frlake.catalog import db
-from frlake.catalog.lakefiles import CommittedFile, LakeFiles, LakeFileSpec, chunks
-from frlake.catalog.lifecycle import Lifecycle
+from frlake.catalog.db import chunks
 from frlake.catalog.models import (
     Attempt,
     CulpritRow,
@@ -28,7 +27,7 @@ from frlake.entities import Diagnosis, stack_signature, stall_signature, top_fra
 
 _FILE_COLUMNS = ("path", "size", "mtime_ns", "sha256", "status", "reason", "detail", "job", "attempt", "host", "rank",
                  "options_key", "frlake_version")
-__all__ = ["Catalog", "DumpRecord", "FileRecord", "FileState", "LakeFileSpec"]
+__all__ = ["Catalog", "DumpRecord", "FileRecord", "FileState"]
 
 
 def utcnow() -> datetime:
@@ -130,7 +129,7 @@ _VERSION = text(
 )
 
 
-class Catalog(LakeFiles, Lifecycle):
+class Catalog:
     """The catalog database: what was seen, ingested, rejected, and published."""
 
     def __init__(self, db_url: str, *, check: bool = True):
@@ -217,17 +216,18 @@ class Catalog(LakeFiles, Lifecycle):
     def commit_batch(
         self,
         run_id: int,
-        lake_file_ids: Sequence[int],
         dumps: Sequence[DumpRecord],
         files: Sequence[FileRecord],
         stack_ids: Sequence[int] = (),
         touched: Sequence[tuple[str, int]] = (),
+        also: Callable[[Session], None] | None = None,
     ) -> None:
         """One transaction: the dumps, the files that produced them, and the
         Parquet files that hold their rows become visible together, and the
         attempts they join (and the ``touched`` ones, which received rows but
         no dump: the debug server's live stacks) go up one revision (their
-        diagnosis is pending)."""
+        diagnosis is pending). ``also``: the storage wing's switch of lake
+        files, in the same transaction."""
         now = utcnow()
         with self.session(write=True) as s:
             if stack_ids:
@@ -241,7 +241,8 @@ class Catalog(LakeFiles, Lifecycle):
                     for d in dumps
                 ])
             self._record_files(s, run_id, files, now)
-            self.mark_publishing(s, lake_file_ids)
+            if also is not None:
+                also(s)
 
     def _attempt_ids(self, s, dumps: Sequence[DumpRecord], now: datetime,
                      touched: Sequence[tuple[str, int]] = ()) -> dict[tuple[str, int], int]:
@@ -346,12 +347,12 @@ class Catalog(LakeFiles, Lifecycle):
 
     # -- diagnoses --------------------------------------------------------------
     def save_diagnosis(self, diag: Diagnosis, revision: int = 0,
-                       files: tuple[Sequence[int], Sequence[CommittedFile]] | None = None) -> bool:
+                       also: Callable[[Session], None] | None = None) -> bool:
         """Store (or replace) the diagnosis of one attempt, made from what the
         attempt held at ``revision``: the report, its culprits (with their
-        stack signatures) and the notable ranks' lateness. ``files``: (new
-        pending files, old committed files) of the attempt's summary tables,
-        switched in the same transaction (frlake.storage.summary_tables). Returns False,
+        stack signatures) and the notable ranks' lateness. ``also``: the
+        storage wing's switch of lake files (the attempt's summary tables,
+        frlake.storage.summary_tables), in the same transaction. Returns False,
         storing nothing, when the attempt is gone or holds a diagnosis made
         from a newer revision."""
         now = utcnow()
@@ -370,9 +371,8 @@ class Catalog(LakeFiles, Lifecycle):
             attempt_id, stored, current, due = found
             if stored is not None and stored > revision:
                 return False
-            if files is not None:
-                self.mark_publishing(s, files[0])
-                self.retire_lake_files(s, files[1], now)
+            if also is not None:
+                also(s)
             if due != (revision < (current or 0)):
                 s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
             old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()

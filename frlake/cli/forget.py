@@ -55,8 +55,8 @@ def forget_command(
     Exit status: 0 done (or nothing matched); 1 on errors."""
     from datetime import UTC, datetime, timedelta
 
-    from frlake.catalog.lifecycle import ForgetSelector
     from frlake.storage.forget import ForgetOptions
+    from frlake.storage.forget_plan import ForgetSelector
 
     with user_errors():
         cutoff = parse_date(before) if before else None

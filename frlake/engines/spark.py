@@ -37,6 +37,7 @@ from frlake.query.reports import REPORTS
 from frlake.query.views import DERIVED as _ALL_DERIVED
 from frlake.query.views import DUCKDB_ONLY, with_timestamps
 from frlake.query.window import Window
+from frlake.storage.files import LakeFiles
 from frlake.storage.lake import TABLES_DIR
 
 # the derived views written in portable SQL (the others: docs/engines.md)
@@ -95,7 +96,7 @@ def lake_table(spark: SparkSession, fl: Frlake, name: str, root: str | None = No
     partitioned = name in schema.PARTITIONED
     fields = list(schema.TABLES[name]) + (schema.PARTITION_FIELDS if partitioned else [])
     # final names: Spark skips hidden ones, even listed by name
-    files = [f"{base}/{path}" for path in fl.catalog.table_files(final=True).get(name, ())]
+    files = [f"{base}/{path}" for path in LakeFiles(fl.catalog).table_files(final=True).get(name, ())]
     if not files:
         return spark.createDataFrame([], spark_schema(fields))
     # The partition columns' types come from this schema, their values from the folder names.

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from frlake.catalog.store import Catalog, FileRecord, FileState, LakeFileSpec
+from frlake.catalog.store import Catalog, FileRecord, FileState
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
@@ -46,6 +46,7 @@ from frlake.ingest.worker import (
     stacks_table,
     worker_ready,
 )
+from frlake.storage.files import LakeFileSpec, mark_publishing
 from frlake.storage.lake import Lake, new_part_name
 from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.version import __version__
@@ -291,7 +292,7 @@ class _Run:
         """Record files outside a batch (archives, killed workers), under the
         write lock like every record of a path (two runs never race on one)."""
         with self.lake.write_lock(self.options.lock_timeout_s):
-            self.catalog.commit_batch(self.summary.run_id, [], [], self._stamped(files))
+            self.catalog.commit_batch(self.summary.run_id, [], self._stamped(files))
 
     def _stamped(self, files: list[FileRecord]) -> list[FileRecord]:
         """The records with how they were judged (options and frlake version)."""
@@ -431,8 +432,9 @@ class _Run:
                  for s in result.staged]
         records = self._stamped(result.files)
         publish(self.lake, self.catalog, self.summary.run_id, files,
-                lambda ids: self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, records,
-                                                      sorted(new_stacks), sorted(result.touched)))
+                lambda ids: self.catalog.commit_batch(self.summary.run_id, result.dumps, records, sorted(new_stacks),
+                                                      sorted(result.touched),
+                                                      also=lambda s: mark_publishing(s, ids)))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))

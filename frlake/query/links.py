@@ -101,6 +101,15 @@ def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> d
     return out
 
 
+def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> bool:
+    """Whether the connection's views hold summary rows of the attempt (files
+    are never written empty, so: whether it has summary files to retire)."""
+    from frlake.schema import SUMMARY_TABLES
+
+    return any(con.execute(f"SELECT 1 FROM {t} WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchall()
+               for t in SUMMARY_TABLES)
+
+
 # The report, over the summary tables of the window's attempts (1/group size of the timed entries): each
 # host gets the slowdown of every collective instance of the groups it was in that had siblings. The
 # watchdog's lag of a host is the median of its per-attempt medians.

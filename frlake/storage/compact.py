@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
-from frlake.catalog.lakefiles import CommittedFile, partition_order
 from frlake.catalog.store import Catalog
 from frlake.schema import schema_version
+from frlake.storage.files import CommittedFile, LakeFiles, partition_order
 from frlake.storage.lake import Lake
 from frlake.storage.publish import DEFAULT_GRACE_S, publish, recover, sweep
 from frlake.storage.rewrite import rewrite
@@ -72,10 +72,11 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
     wanted = None if partitions is None else sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))
     with lake.write_lock(options.lock_timeout_s):
         recover(lake, catalog)
+        records = LakeFiles(catalog)
         plans = []
-        crowded = {(t, j, a) for t, j, a, _ in catalog.partition_file_counts(wanted, options.min_files)}
-        for table, job, attempt in sorted(crowded | set(catalog.old_schema_partitions(wanted)), key=partition_order):
-            files = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
+        crowded = {(t, j, a) for t, j, a, _ in records.partition_file_counts(wanted, options.min_files)}
+        for table, job, attempt in sorted(crowded | set(records.old_schema_partitions(wanted)), key=partition_order):
+            files = [f for f in records.committed(table, None if job is None else (job, attempt))
                      if (f.job, f.attempt) == (job, attempt)]
             small = [f for f in files if f.bytes < options.target_bytes]
             merge = len(small) >= options.min_files
@@ -147,7 +148,7 @@ def _merge(lake: Lake, catalog: Catalog, summary: CompactSummary, batch: int, ta
         staged = [f.result() for f in written if f.exception() is None and f.result() is not None]
         for f in written:
             f.result()  # the first failure, once each staged file is known (and removed below)
-        publish(lake, catalog, summary.run_id, staged, lambda ids: catalog.commit_replace(ids, old))
+        publish(lake, catalog, summary.run_id, staged, lambda ids: LakeFiles(catalog).replace(ids, old))
     finally:
         for s in staged:
             s.staged.unlink(missing_ok=True)
