@@ -120,7 +120,7 @@ def history_cost(work: Path, attempts: int, repeat: int) -> dict:
                 s = fl.ingest([folder])
                 rescans.append(time.perf_counter() - t)
                 assert s.unchanged == 8, s
-            out[label] = {"attempts": len(fl.catalog.attempt_keys()), "files": len(LakeFiles(fl.catalog).committed()),
+            out[label] = {"attempts": len(fl.catalog.attempts.keys()), "files": len(LakeFiles(fl.catalog).committed()),
                           "one_attempt_ingest_s": round(statistics.median(times), 4),
                           "noop_rescan_s": round(statistics.median(rescans), 4)}
     return out

@@ -28,7 +28,7 @@ def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch, views):
     assert (summary["ingested"], summary["rejected"]) == (4, 1)
     assert summary["rejected_by_reason"] == {"truncated": 1}
     catalog = Catalog(f"sqlite:///{lake / 'catalog.db'}")
-    assert len(catalog.files(status="ingested")) == 4
+    assert len(catalog.files.records(status="ingested")) == 4
     catalog.close()
 
     out = runner.invoke(app, ["query", "SELECT rank, count(*) AS n FROM entries GROUP BY rank ORDER BY rank", "-f", "json"])

@@ -74,8 +74,8 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
     assert con.execute("SELECT count(*) FROM files").fetchone()[0] == n_files
     assert con.execute("SELECT count(*) FROM (SELECT path FROM files GROUP BY path HAVING count(*) > 1)").fetchone()[0] == 0
     catalog = Catalog(settings.db_url)
-    assert LakeFiles(catalog).pending() == [] and catalog.pending_diagnoses() == []
-    assert {s for f in catalog.files() for s in [f.status]} <= {"ingested", "duplicate"}
+    assert LakeFiles(catalog).pending() == [] and catalog.diagnoses.pending() == []
+    assert {s for f in catalog.files.records() for s in [f.status]} <= {"ingested", "duplicate"}
     catalog.close()
     clean = Settings.resolve(tmp_path / "clean")
     ingest([nfs], clean)

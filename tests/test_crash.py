@@ -62,7 +62,7 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
            "--batch-files", "4", "--workers", str(1 + trial % 2), "--quiet"]
     _kill_twice_then_finish(cmd, settings, rng, (0.4, 2.2))
     assert snapshot(settings) == clean
-    assert Catalog(settings.db_url).pending_diagnoses() == [], "whatever was committed is diagnosed"
+    assert Catalog(settings.db_url).diagnoses.pending() == [], "whatever was committed is diagnosed"
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,6 @@ def test_kill_a_diagnosis_while_it_writes_summaries_then_rerun(tmp_path, timed_l
     _kill_twice_then_finish(cmd, settings, random.Random(trial), (1.0, 6.0))  # a rediagnose of the twelve: seconds
     assert snapshot(settings) == clean_tables
     catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnoses.pending() == []
     assert {f.table for f in LakeFiles(catalog).committed()} >= {"collective_durations", "watchdog_lags"}
     catalog.close()

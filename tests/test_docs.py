@@ -107,7 +107,7 @@ def test_a_script_without_a_main_guard_is_told_why_and_no_file_is_rejected(tmp_p
     from frlake.catalog.store import Catalog
 
     catalog = Catalog(f"sqlite:///{tmp_path / 'frlake-lake' / 'catalog.db'}")
-    assert catalog.files() == [], "nothing is recorded against the files"
+    assert catalog.files.records() == [], "nothing is recorded against the files"
     catalog.close()
     (tmp_path / "example.py").write_text(block)  # the guarded script then ingests every file
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -46,7 +46,7 @@ def rejected(settings: Settings) -> dict[str, str]:
     """path -> reason of every file the catalog holds as rejected."""
     catalog = Catalog(settings.db_url)
     try:
-        return {f.path: f.reason for f in catalog.files(status="rejected")}
+        return {f.path: f.reason for f in catalog.files.records(status="rejected")}
     finally:
         catalog.close()
 

@@ -144,7 +144,7 @@ def _tree(root: Path, corpus: Path) -> tuple[dict[str, str], list[str]]:
 def _catalog_files(settings: Settings):
     catalog = Catalog(settings.db_url)
     try:
-        return catalog.files()
+        return catalog.files.records()
     finally:
         catalog.close()
 

@@ -96,14 +96,14 @@ def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus):
     assert summary.rejected == 1 and summary.ingested == 3
     assert summary.rejected_files[0]["reason"] == "truncated"
     catalog = Catalog(settings.db_url)
-    rejected = catalog.files(status="rejected")
+    rejected = catalog.files.records(status="rejected")
     assert [(r.path, r.reason) for r in rejected] == [(str(victim), "truncated")]
     # unchanged bytes are not retried; once the write completes the file is ingested
     assert ingest([tree], settings).rejected == 0
     victim.write_bytes(whole)
     later = ingest([tree], settings)
     assert (later.ingested, later.unchanged) == (1, 3)
-    assert catalog.files(status="rejected") == []
+    assert catalog.files.records(status="rejected") == []
     catalog.close()
 
 
@@ -124,7 +124,7 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     dup = ingest([tree], settings)
     assert (dup.ingested, dup.already_present) == (0, 4)
     catalog = Catalog(settings.db_url)
-    copies = [f for f in catalog.files() if "/copies/" in f.path]
+    copies = [f for f in catalog.files.records() if "/copies/" in f.path]
     assert {f.status for f in copies} == {"duplicate"} and {f.attempt for f in copies} == {9}
     assert all("already in the lake as job 'job-223715' attempt 9" in f.detail for f in copies)
     catalog.close()
@@ -138,7 +138,7 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     newer = ingest([tree], settings)
     assert newer.ingested == 1
     catalog = Catalog(settings.db_url)
-    files = {f.path: f for f in catalog.files()}
+    files = {f.path: f for f in catalog.files.records()}
     assert files[str(target)].status == "ingested"
     catalog.close()
     con = views(settings.lake)

@@ -40,13 +40,13 @@ def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], lake, IngestOptions(diagnose=False))
     assert summary.ingested == 28 and summary.diagnosed == []
     catalog = Catalog(lake.db_url)
-    assert catalog.pending_diagnoses() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
+    assert catalog.diagnoses.pending() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
     again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
     assert again.ingested == 0 and again.unchanged == 4
     assert sorted((d["job"], d["attempt"]) for d in again.diagnosed) == [
         ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).verdict == "hang"
+    assert catalog.diagnoses.pending() == []
+    assert catalog.diagnoses.get("job-223715", 0).verdict == "hang"
     catalog.close()
 
 
@@ -58,14 +58,14 @@ def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path)
     shutil.move(late, held)  # rank 3 arrives late
     ingest([tree], lake)
     catalog = Catalog(lake.db_url)
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == [3]
+    assert catalog.diagnoses.pending() == []
+    assert catalog.diagnoses.get("job-223715", 0).ranks_missing_dump == [3]
     shutil.move(held, late)
     ingest([tree], lake, IngestOptions(diagnose=False))
-    assert catalog.pending_diagnoses() == [("job-223715", 0)]
+    assert catalog.diagnoses.pending() == [("job-223715", 0)]
     ingest([tree], lake)
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == []
+    assert catalog.diagnoses.pending() == []
+    assert catalog.diagnoses.get("job-223715", 0).ranks_missing_dump == []
     catalog.close()
 
 
@@ -83,7 +83,7 @@ def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
         if (settings.lake / "catalog.db").exists():
             try:
                 catalog = Catalog(settings.db_url, check=False)
-                if catalog.attempt_keys():
+                if catalog.attempts.keys():
                     catalog.close()
                     break
                 catalog.close()
@@ -96,8 +96,8 @@ def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
-    assert len(catalog.attempt_keys()) == 30
+    assert catalog.diagnoses.pending() == []
+    assert len(catalog.attempts.keys()) == 30
     catalog.close()
 
 
@@ -124,7 +124,7 @@ def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_pat
         results = list(pool.map(_first_ingest, [(lake, db_url, t) for t in trees]))
     assert [code for code, _ in results] == [0, 0, 0], [err for _, err in results]
     catalog = Catalog(db_url or Settings.resolve(lake).db_url)
-    assert sorted({job for job, _ in catalog.attempt_keys()}) == ["job-223715", "job-5f5228", "job-e211c0"]
+    assert sorted({job for job, _ in catalog.attempts.keys()}) == ["job-223715", "job-5f5228", "job-e211c0"]
     catalog.close()
 
 
@@ -191,7 +191,7 @@ def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
     ingest([corpus / "job-223715"], lake, IngestOptions(chunk_files=1), progress)
     assert inner and inner[0].ingested == 12
     catalog = Catalog(lake.db_url)
-    assert {j for j, _ in catalog.attempt_keys()} == {"job-223715", "job-e211c0"}
+    assert {j for j, _ in catalog.attempts.keys()} == {"job-223715", "job-e211c0"}
     catalog.close()
 
 
@@ -273,7 +273,7 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
     monkeypatch.setattr(module, name, real)
     catalog = Catalog(lake.db_url)
     try:
-        assert len(catalog.files()) == 8  # two batches of four files
+        assert len(catalog.files.records()) == 8  # two batches of four files
     finally:
         catalog.close()
     assert not any(p.is_file() for p in (lake.lake / ".staging").rglob("*") if "lock" not in p.name)

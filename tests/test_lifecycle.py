@@ -100,12 +100,12 @@ def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path
     with Frlake(settings) as fl:
         dry = fl.forget(job=JOB, attempt=1, options=ForgetOptions(dry_run=True))
         assert (dry.dumps, dry.attempts_removed) == (8, [(JOB, 1)])
-        assert fl.catalog.has_attempt(JOB, 1), "a dry run changes nothing"
+        assert fl.catalog.attempts.exists(JOB, 1), "a dry run changes nothing"
         shas = [r[0] for r in fl.connect().execute(
             f"SELECT sha256 FROM dumps WHERE job = '{JOB}' AND attempt = 1").fetchall()]
         done = fl.forget(job=JOB, attempt=1, options=NOW)
         assert (done.dumps, done.attempts_removed, done.attempts_changed) == (8, [(JOB, 1)], [])
-        assert not fl.catalog.has_attempt(JOB, 1) and fl.catalog.diagnosis(JOB, 1) is None
+        assert not fl.catalog.attempts.exists(JOB, 1) and fl.catalog.diagnoses.get(JOB, 1) is None
     assert not any((settings.lake / "raw" / sha[:2] / f"{sha}.zst").exists() for sha in shas)
     assert_lake_is_clean(settings)
     # the same as a lake that never held the attempt (but for the forgotten files' records)
@@ -138,12 +138,12 @@ def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, co
     ingest([tree], settings, IngestOptions(chunk_files=3))
     host = tree / JOB / "attempt-0/gpu-a02"
     with Frlake(settings) as fl:
-        before = fl.catalog.attempt_revision(JOB, 0)
+        before = fl.catalog.attempts.revision(JOB, 0)
         done = fl.forget(path=str(host), options=NOW)
         assert (done.dumps, done.attempts_changed, done.attempts_removed) == (2, [(JOB, 0)], [])
-        assert fl.catalog.attempt_revision(JOB, 0) == before + 1
-        assert fl.catalog.pending_diagnoses() == [], "the changed attempt is diagnosed again"
-        assert sorted(fl.catalog.diagnosis(JOB, 0).ranks_dumped) == [2, 3, 4, 5, 6, 7]
+        assert fl.catalog.attempts.revision(JOB, 0) == before + 1
+        assert fl.catalog.diagnoses.pending() == [], "the changed attempt is diagnosed again"
+        assert sorted(fl.catalog.diagnoses.get(JOB, 0).ranks_dumped) == [2, 3, 4, 5, 6, 7]
     assert_lake_is_clean(settings)
     shutil.rmtree(host)
     clean = Settings.resolve(tmp_path / "clean")
@@ -162,7 +162,7 @@ def test_forget_by_age(tmp_path, corpus):
     assert everything.exit_code == 0, everything.output
     assert "forgot 28 dumps" in everything.output
     with Frlake(settings) as fl:
-        assert fl.catalog.attempt_keys() == []
+        assert fl.catalog.attempts.keys() == []
     assert list((settings.lake / "raw").rglob("*.zst")) == []
     assert {p.name for p in (settings.lake / "tables").iterdir()} >= {"entries", "dumps"}
     assert visible_parquet(settings) == {f for f in visible_parquet(settings) if f.startswith("tables/stacks/")}

@@ -92,5 +92,5 @@ def test_kill_a_lifecycle_command_then_rerun(tmp_path, corpus, any_db, operation
     assert _tables(snapshot(settings)) == expected
     assert_lake_is_clean(settings)
     catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnoses.pending() == []
     catalog.close()

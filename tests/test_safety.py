@@ -82,7 +82,7 @@ def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, c
     assert summary["ingested"] == 1
     assert summary["rejected"] == len(EXPECTED_REASONS)
     catalog = Catalog(f"sqlite:///{lake / 'catalog.db'}")
-    reasons = {Path(f.path).name: f.reason for f in catalog.files(status="rejected")}
+    reasons = {Path(f.path).name: f.reason for f in catalog.files.records(status="rejected")}
     catalog.close()
     expected = {f"rank_{i + 10}": reason for i, reason in enumerate(EXPECTED_REASONS[n] for n in sorted(EXPECTED_REASONS))}
     assert reasons == expected

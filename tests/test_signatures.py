@@ -104,7 +104,7 @@ JOBS = ("job-5f5228", "job-f70c5d", "job-24fdd5")
 
 def _diagnoses(settings: Settings) -> dict:
     with Frlake(settings) as fl:
-        attempts = fl.catalog.attempt_keys()
+        attempts = fl.catalog.attempts.keys()
         out = {}
         for job, attempt in attempts:
             d = fl.diagnose(job, attempt, store=False).to_dict()

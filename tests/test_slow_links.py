@@ -168,7 +168,7 @@ def test_a_diagnosis_older_than_the_stored_one_leaves_the_summary_alone(timed, t
         diag, rows = fl._analyse("job-x", 0, None, summarise=True)
         with SummaryWriter(fl.catalog, fl.lake) as writer:
             assert writer.store(diag, -1, rows) is False  # the stored diagnosis saw revision >= 0
-            assert writer.store(diag, fl.catalog.attempt_revision("job-x", 0), rows) is True
+            assert writer.store(diag, fl.catalog.attempts.revision("job-x", 0), rows) is True
         assert LakeFiles(fl.catalog).pending() == []
     assert _summary_files(settings, ("job-x", 0)) == before
     with Frlake(settings) as fl:
@@ -189,10 +189,10 @@ def test_an_attempt_diagnosed_by_an_older_frlake_gets_its_summary_after_the_upgr
     db.upgrade(engine)
     engine.dispose()
     with Frlake(settings) as fl:
-        assert len(fl.catalog.pending_diagnoses()) == 3
+        assert len(fl.catalog.diagnoses.pending()) == 3
         assert fl.report("slow-links") == []  # not summarised yet
         fl.diagnose_pending()
-        assert fl.catalog.pending_diagnoses() == []
+        assert fl.catalog.diagnoses.pending() == []
         assert fl.report("slow-links")[0]["host"] == "h3"
 
 
@@ -230,7 +230,7 @@ def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_t
 
     before, (stored, _) = files(), _stored_and_fresh(settings, *key)
     with Frlake(settings) as fl:
-        assert fl.catalog.diagnosis_state(*key)[1] is False
+        assert fl.catalog.diagnoses.state(*key)[1] is False
         diagnosed_at = fl.catalog.version()
         fl.diagnose(*key)
         assert fl.catalog.version() != diagnosed_at  # the diagnosis was stored again

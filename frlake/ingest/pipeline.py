@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from frlake.catalog.store import Catalog, FileRecord, FileState
+from frlake.catalog.seen import FileRecord, FileState
+from frlake.catalog.store import Catalog
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
@@ -126,17 +127,17 @@ def ingest(
         recover(lake, catalog)
         sweep(lake, catalog, options.retire_grace_s)
     opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
-    summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
+    summary.run_id = catalog.runs.begin(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
     with lake.run_staging(summary.run_id) as run_lake:
         run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
         try:
             run.execute(roots, sources)
         except BaseException:
-            catalog.finish_run(summary.run_id, "failed", _counts(summary))
+            catalog.runs.finish(summary.run_id, "failed", _counts(summary))
             raise
-        catalog.finish_run(summary.run_id, "finished", _counts(summary))
+        catalog.runs.finish(summary.run_id, "finished", _counts(summary))
     summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
-                         for j, a, r, n in catalog.rank_conflicts(run.touched)]
+                         for j, a, r, n in catalog.dumps.rank_conflicts(run.touched)]
     summary.touched = sorted(run.touched)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
@@ -292,7 +293,7 @@ class _Run:
         """Record files outside a batch (archives, killed workers), under the
         write lock like every record of a path (two runs never race on one)."""
         with self.lake.write_lock(self.options.lock_timeout_s):
-            self.catalog.commit_batch(self.summary.run_id, [], self._stamped(files))
+            self.catalog.dumps.commit(self.summary.run_id, [], self._stamped(files))
 
     def _stamped(self, files: list[FileRecord]) -> list[FileRecord]:
         """The records with how they were judged (options and frlake version)."""
@@ -328,7 +329,7 @@ class _Run:
 
     def _archive(self, archive: Source) -> Iterator[Source]:
         key = archive.key
-        if self._unchanged(archive, self.catalog.current_files([key]).get(key)):
+        if self._unchanged(archive, self.catalog.files.current([key]).get(key)):
             return
         status, reason, detail = "archive", None, None
         try:
@@ -359,7 +360,7 @@ class _Run:
         pending: list[Source] = []
 
         def flush() -> Iterator[Source]:
-            known = {} if self.options.force else self.catalog.current_files([s.key for s in pending])
+            known = {} if self.options.force else self.catalog.files.current([s.key for s in pending])
             for s in pending:
                 if self._unchanged(s, known.get(s.key)):
                     self._release([s])
@@ -422,7 +423,7 @@ class _Run:
         """Under the write lock: what other runs committed meanwhile is a
         duplicate; the rest is published and committed in one transaction."""
         self._drop_known(result)
-        new_stacks = self.catalog.new_stack_ids(result.stacks) if result.dumps else set()
+        new_stacks = self.catalog.dumps.new_stack_ids(result.stacks) if result.dumps else set()
         if new_stacks:
             table = stacks_table({k: result.stacks[k] for k in new_stacks})
             rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, result.batch), None, None)
@@ -432,9 +433,8 @@ class _Run:
                  for s in result.staged]
         records = self._stamped(result.files)
         publish(self.lake, self.catalog, self.summary.run_id, files,
-                lambda ids: self.catalog.commit_batch(self.summary.run_id, result.dumps, records, sorted(new_stacks),
-                                                      sorted(result.touched),
-                                                      also=lambda s: mark_publishing(s, ids)))
+                lambda ids: self.catalog.dumps.commit(self.summary.run_id, result.dumps, records, sorted(new_stacks),
+                                                      sorted(result.touched), also=lambda s: mark_publishing(s, ids)))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))
@@ -444,7 +444,7 @@ class _Run:
         duplicates: take them out. So are dumps whose raw bytes a forget
         deleted after the worker found them stored: those files are left
         unrecorded, and the next run reads them again."""
-        known = self.catalog.known_dumps([d.sha256 for d in result.dumps])
+        known = self.catalog.dumps.known([d.sha256 for d in result.dumps])
         dup = {(d.sha256, d.job, d.attempt) for d in result.dumps if (d.job, d.attempt) in known.get(d.sha256, {})}
         lost = {(d.sha256, d.job, d.attempt) for d in result.dumps
                 if (d.sha256, d.job, d.attempt) not in dup and not self.lake.raw_path(d.sha256).exists()}

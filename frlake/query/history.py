@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-    from frlake.catalog.store import AttemptRow, Catalog
+    from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.store import Catalog
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -44,8 +45,8 @@ def job_history(con: duckdb.DuckDBPyConnection, catalog: Catalog, job: str) -> d
     """A job's attempts, oldest first, each with its verdict and root cause,
     and the hosts and ranks that came back: named (root cause or involved) in
     more than one attempt."""
-    _, rows = catalog.list_attempts(job=job, limit=100_000)
-    ended = {a.attempt: a.ended_ns for a in catalog.attempts(job)}
+    _, rows = catalog.attempts.page(job=job, limit=100_000)
+    ended = {a.attempt: a.ended_ns for a in catalog.attempts.info(job)}
     attempts = []
     for a in sorted(rows, key=lambda r: r.attempt):
         d = attempt_dict(a)
@@ -84,7 +85,7 @@ def host_history(con: duckdb.DuckDBPyConnection, catalog: Catalog, host: str, li
     named = _culprits(con, "host", host)
     if summary is None and not named:
         return None
-    total, attempts = catalog.list_attempts(exact_host=host, limit=limit)
+    total, attempts = catalog.attempts.page(exact_host=host, limit=limit)
     keys = ("job", "attempt", "position", "rank", "host", "reason", "role", "pg_desc", "seq", "op", "started_ns")
     culprit_of = [dict(zip(keys, r)) | {"started_at": iso_ns(r[10])} for r in named]
     weeks: dict[str, dict] = {}

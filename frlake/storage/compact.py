@@ -93,7 +93,7 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
             summary.bytes_before += sum(f.bytes for g in groups for f in g)
             summary.merged.append({"table": table, "job": job, "attempt": attempt, "files": n})
         if not options.dry_run and plans:
-            summary.run_id = catalog.begin_run(json.dumps([]), json.dumps(asdict(options)), kind="compact")
+            summary.run_id = catalog.runs.begin(json.dumps([]), json.dumps(asdict(options)), kind="compact")
             try:
                 with lake.run_staging(summary.run_id) as run_lake:
                     for batch, (table, _, _, groups) in enumerate(plans, start=1):
@@ -101,9 +101,9 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
                         # the replaced files' final names go now: an outside reader sees one or the other
                         summary.deleted += sweep(lake, catalog, options.retire_grace_s)
             except BaseException:
-                catalog.finish_run(summary.run_id, "failed", {})
+                catalog.runs.finish(summary.run_id, "failed", {})
                 raise
-            catalog.finish_run(summary.run_id, "finished", {})
+            catalog.runs.finish(summary.run_id, "finished", {})
         if not options.dry_run:
             summary.deleted += sweep(lake, catalog, options.retire_grace_s)
     summary.seconds = round(time.perf_counter() - started, 3)

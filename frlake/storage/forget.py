@@ -73,14 +73,14 @@ def forget(catalog: Catalog, lake: Lake, selector: ForgetSelector,
         summary.attempts_removed = sorted(plan.whole)
         summary.attempts_changed = sorted(plan.partial)
         if not options.dry_run and plan.dumps:
-            summary.run_id = catalog.begin_run(json.dumps([]), json.dumps(_describe(selector)), kind="forget")
+            summary.run_id = catalog.runs.begin(json.dumps([]), json.dumps(_describe(selector)), kind="forget")
             try:
                 with lake.run_staging(summary.run_id) as run_lake:
                     _apply(run_lake, catalog, summary, plan)
             except BaseException:
-                catalog.finish_run(summary.run_id, "failed", {})
+                catalog.runs.finish(summary.run_id, "failed", {})
                 raise
-            catalog.finish_run(summary.run_id, "finished", {})
+            catalog.runs.finish(summary.run_id, "finished", {})
         if not options.dry_run:
             summary.deleted = sweep(lake, catalog, options.retire_grace_s)
     summary.seconds = round(time.perf_counter() - started, 3)

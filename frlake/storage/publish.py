@@ -90,8 +90,8 @@ def recover(lake: Lake, catalog: Catalog) -> int:
     reveal(lake, catalog, records.publishing())
     lake.clear_dead_staging()
     stack_files = records.paths("stacks")
-    if stack_files and catalog.stack_index_is_empty():
-        catalog.index_stacks(chain.from_iterable(
+    if stack_files and catalog.dumps.stack_index_is_empty():
+        catalog.dumps.index_stacks(chain.from_iterable(
             pq.read_table(lake.root / f, columns=["stack_id"]).column(0).to_pylist() for f in stack_files))
     return len(dead)
 

@@ -70,7 +70,7 @@ class SummaryWriter:
         try:
             self._staging.__exit__(exc_type, exc, tb)
         finally:
-            self.catalog.finish_run(self.run_id, "failed" if exc_type else "finished", {})
+            self.catalog.runs.finish(self.run_id, "failed" if exc_type else "finished", {})
 
     def store(self, diag: Diagnosis, revision: int, summary: AttemptSummary | None) -> bool:
         """Store ``diag`` (made from the attempt at ``revision``) and make
@@ -79,7 +79,7 @@ class SummaryWriter:
         they are of this revision). False: the catalog holds a newer
         diagnosis, or the attempt is gone, and nothing was stored."""
         if summary is None:
-            return self.catalog.save_diagnosis(diag, revision)
+            return self.catalog.diagnoses.save(diag, revision)
         key = (diag.job, diag.attempt)
         rows = {name: t for name, t in summary.tables.items() if t.num_rows}
         if not rows and not summary.had_rows:
@@ -87,7 +87,7 @@ class SummaryWriter:
             # summary another process committed since these views were made is of a newer revision (then the
             # catalog keeps its diagnosis and refuses this one) or of this one or an older, which had no
             # rows either: a revision only adds dumps, and a forget retires the summary itself.
-            return self.catalog.save_diagnosis(diag, revision)
+            return self.catalog.diagnoses.save(diag, revision)
         run_lake = self._run()
         staged = []
         try:
@@ -103,7 +103,7 @@ class SummaryWriter:
                 old = self._committed(key)  # under the lock: no other writer replaces them meanwhile
 
                 def commit(ids: list[int]) -> None:
-                    if not self.catalog.save_diagnosis(diag, revision, also=lambda s: switch(s, ids, old)):
+                    if not self.catalog.diagnoses.save(diag, revision, also=lambda s: switch(s, ids, old)):
                         raise _Superseded
 
                 try:
@@ -122,12 +122,12 @@ class SummaryWriter:
 
     def _run(self) -> Lake:
         if self._run_lake is None:
-            self.run_id = self.catalog.begin_run(json.dumps([]), json.dumps({}), kind="diagnose")
+            self.run_id = self.catalog.runs.begin(json.dumps([]), json.dumps({}), kind="diagnose")
             self._staging = self.lake.run_staging(self.run_id)
             try:
                 self._run_lake = self._staging.__enter__()
             except BaseException:
-                self.catalog.finish_run(self.run_id, "failed", {})
+                self.catalog.runs.finish(self.run_id, "failed", {})
                 self.run_id = None
                 raise
         return self._run_lake
