@@ -11,7 +11,6 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from frlake.catalog.db import head_revision
-from frlake.catalog.store import Catalog
 from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
@@ -69,10 +68,8 @@ def test_other_rejections_are_skipped_unread_until_retried(tmp_path, corpus):
     retried = ingest([tmp_path / "nfs"], settings, IngestOptions(retry_rejected=True))
     assert (retried.rejected, retried.skipped_rejected) == (1, 0)
     # a newer frlake judges every rejection again (the catalog says which frlake judged it)
-    catalog = Catalog(settings.db_url)
-    with catalog.engine.begin() as conn:
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl, fl.catalog.engine.begin() as conn:
         conn.execute(text("UPDATE files SET frlake_version = '0.0.1'"))
-    catalog.close()
     assert ingest([tmp_path / "nfs"], settings).rejected == 1
 
 
@@ -261,7 +258,8 @@ def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wr
     summary = ingest([tree], settings, IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
     assert summary.compacted == 0
     with Frlake(settings) as fl:
-        counts = {(table, attempt): n for table, _, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1)
+        counts = {(table, attempt): n
+                  for table, _, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1)
                   if table != "stacks"}
     # each attempt's 8 dumps in 2 whole batches of 4 (cutting the last batches smaller made 7 files of attempt 2)
     assert set(counts.values()) == {2} and {a for _, a in counts} == {0, 1, 2}, counts

@@ -150,8 +150,9 @@ def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_com
     assert _diagnoses(settings) == signed, "the lists hashed at diagnosis time give the same diagnoses"
 
     with Frlake(settings) as fl:
-        assert LakeFiles(fl.catalog).old_schema_partitions([("nccl", 0)]) == [("entries", "nccl", 0)], "only the ones asked"
-        old = len(LakeFiles(fl.catalog).committed("entries"))
+        files = LakeFiles(fl.catalog)
+        assert files.old_schema_partitions([("nccl", 0)]) == [("entries", "nccl", 0)], "only the ones asked"
+        old = len(files.committed("entries"))
         summary = fl.compact(options=CompactOptions(retire_grace_s=0))
         assert summary.partitions > 0 and summary.old_schema_files == old, (old, summary)
         assert {f.schema_version for f in LakeFiles(fl.catalog).committed("entries")} == {2}

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.query.reports import REPORTS
 from frlake.query.window import Window
@@ -96,11 +95,9 @@ def test_the_page_lists_the_slow_link(timed):
 
 
 def _summary_files(settings: Settings, key: tuple[str, int]) -> dict[str, int]:
-    catalog = Catalog(settings.db_url)
-    try:
-        return {t: len(LakeFiles(catalog).committed(t, key)) for t in SUMMARY_TABLES}
-    finally:
-        catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        files = LakeFiles(fl.catalog)
+        return {t: len(files.committed(t, key)) for t in SUMMARY_TABLES}
 
 
 def _stored_and_fresh(settings: Settings, job: str, attempt: int) -> tuple[dict, dict]:
