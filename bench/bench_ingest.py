@@ -139,7 +139,7 @@ def per_file_breakdown(files: list[Path], batch: int = 32) -> dict[str, float]:
     from frlake.ingest.safeload import decode
     from frlake.ingest.sources import Source
     from frlake.ingest.worker import _dump_tables, gc_paused
-    from frlake.lake import Lake, compress_raw
+    from frlake.storage.lake import Lake, compress_raw
 
     datas = [p.read_bytes() for p in files]
     limits, now = Limits(), datetime.now(UTC)

@@ -35,9 +35,10 @@ from history import plan_history, write_attempts  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
-from frlake.lifecycle import CompactOptions  # noqa: E402
 from frlake.query.reports import REPORTS  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
+from frlake.storage.compact import CompactOptions  # noqa: E402
+from frlake.storage.files import LakeFiles  # noqa: E402
 
 QUERY = "SELECT op, count(*) AS n, avg(duration_ms) AS ms FROM entries WHERE job = '{job}' GROUP BY op ORDER BY n DESC"
 
@@ -60,7 +61,7 @@ def read_figures(settings: Settings, job: str, repeat: int) -> dict:
             out[f"report_{name}_s"] = timed(lambda name=name: fl.report(name), repeat)
         con = fl.connect()
         out["query_s"] = timed(lambda: con.execute(QUERY.format(job=job)).fetchall(), repeat)
-        out["files"] = len(fl.catalog.committed_files())
+        out["files"] = len(LakeFiles(fl.catalog).committed())
     return out
 
 
@@ -77,7 +78,7 @@ def small_files(work: Path, target_files: int, repeat: int) -> dict:
         for i in range(0, len(jobs), 4):  # a small ingest of four new jobs at a time, a batch per dump
             fl.ingest(jobs[i:i + 4], IngestOptions(chunk_files=1, compact_min_files=None, workers=1))
             runs += 1
-            if len(fl.catalog.committed_files()) >= target_files:
+            if len(LakeFiles(fl.catalog).committed()) >= target_files:
                 break
     build_s = time.perf_counter() - started
     job = jobs[0].name
@@ -119,7 +120,7 @@ def history_cost(work: Path, attempts: int, repeat: int) -> dict:
                 s = fl.ingest([folder])
                 rescans.append(time.perf_counter() - t)
                 assert s.unchanged == 8, s
-            out[label] = {"attempts": len(fl.catalog.attempt_keys()), "files": len(fl.catalog.committed_files()),
+            out[label] = {"attempts": len(fl.catalog.attempts.keys()), "files": len(LakeFiles(fl.catalog).committed()),
                           "one_attempt_ingest_s": round(statistics.median(times), 4),
                           "noop_rescan_s": round(statistics.median(rescans), 4)}
     return out

@@ -208,7 +208,8 @@ STACKS = pa.schema(
 
 # Summary tables: per-attempt summaries that the session writes when it diagnoses an attempt, in the same
 # catalog transaction that stores the diagnosis, so they always show what the stored diagnosis saw
-# (frlake/summaries.py, docs/lake.md "Summary tables"). The slow-links report reads them instead of the entries.
+# (frlake/storage/summary_tables.py, docs/lake.md "Summary tables"). The slow-links report reads them instead of
+# the entries.
 # One row per collective instance of one group (pg_name) with timed, completed entries:
 COLLECTIVE_DURATIONS = pa.schema(
     [

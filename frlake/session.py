@@ -25,15 +25,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from frlake.catalog.store import AttemptRow, Catalog
+from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.entities import Brief, Diagnosis
 from frlake.errors import FrlakeError
-from frlake.lake import Lake
+from frlake.storage.lake import Lake
 
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
 
+    from frlake.catalog.attempts import AttemptRow
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
     from frlake.query.history import Facets, HostHistory, JobHistory
@@ -187,25 +188,25 @@ class Frlake:
         return self._memo.get(self.catalog_version() if version is None else version, (name, args), compute)
 
     def list_attempts(self, **filters) -> tuple[int, list[AttemptRow]]:
-        """The attempts that match ``filters`` (Catalog.list_attempts): how many, and one page of them."""
-        return self.catalog.list_attempts(**filters)
+        """The attempts that match ``filters`` (catalog.attempts.page): how many, and one page of them."""
+        return self.catalog.attempts.page(**filters)
 
     def attempt_facets(self, **filters) -> Facets:
         """The counts by verdict, host and root-cause reason of the attempts that match ``filters``."""
         from frlake.query.history import Facets
 
-        counts = self.catalog.attempt_facets(**filters)
+        counts = self.catalog.attempts.facets(**filters)
         return Facets(**{name: tuple(pairs) for name, pairs in counts.items()})
 
     def attempt_keys(self, job: str | None = None) -> list[tuple[str, int]]:
-        return self.catalog.attempt_keys(job)
+        return self.catalog.attempts.keys(job)
 
     def files(self, status: str | None = None, limit: int | None = None) -> list:
-        """The files seen, by path (ingested, duplicate, or rejected and why): Catalog.files."""
-        return self.catalog.files(status=status, limit=limit)
+        """The files seen, by path (ingested, duplicate, or rejected and why): catalog.files.records."""
+        return self.catalog.files.records(status=status, limit=limit)
 
     def has_attempt(self, job: str, attempt: int) -> bool:
-        return self.catalog.has_attempt(job, attempt)
+        return self.catalog.attempts.exists(job, attempt)
 
     def job_history(self, job: str, con: duckdb.DuckDBPyConnection | None = None) -> JobHistory:
         """A job's attempts over time and who came back (frlake.query.history)."""
@@ -251,7 +252,7 @@ class Frlake:
         log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,
                  summary.ingested, summary.already_present, summary.unchanged, summary.rejected)
         if options.compact_min_files and summary.touched:
-            from frlake.lifecycle import CompactOptions
+            from frlake.storage.compact import CompactOptions
 
             # Only the attempts this run touched, and the stacks: the cost does not grow with the lake.
             done = self.compact([*summary.touched, (None, None)], CompactOptions(
@@ -264,13 +265,13 @@ class Frlake:
 
     # -- lifecycle ---------------------------------------------------------------
     def forget(self, selector=None, options=None, **where):
-        """Forget dumps (a :class:`~frlake.catalog.lifecycle.ForgetSelector`,
+        """Forget dumps (a :class:`~frlake.storage.forget_plan.ForgetSelector`,
         or ``job=``, ``attempt=``, ``path=``, ``before=``): their rows in every
         table, their diagnoses and records, and the raw bytes no other dump
         refers to; then rediagnose the attempts that keep some dumps. A
-        :class:`~frlake.lifecycle.ForgetSummary`."""
-        from frlake.catalog.lifecycle import ForgetSelector
-        from frlake.lifecycle import ForgetOptions, forget
+        :class:`~frlake.storage.forget.ForgetSummary`."""
+        from frlake.storage.forget import ForgetOptions, forget
+        from frlake.storage.forget_plan import ForgetSelector
 
         options = options or ForgetOptions()
         summary = forget(self.catalog, self.lake, selector or ForgetSelector(**where), options)
@@ -281,8 +282,8 @@ class Frlake:
     def compact(self, partitions=None, options=None):
         """Merge small Parquet files (of every partition, or of the given
         (job, attempt) ``partitions``; (None, None) is ``stacks``). A
-        :class:`~frlake.lifecycle.CompactSummary`."""
-        from frlake.lifecycle import CompactOptions, compact
+        :class:`~frlake.storage.compact.CompactSummary`."""
+        from frlake.storage.compact import CompactOptions, compact
 
         return compact(self.catalog, self.lake, partitions, options or CompactOptions())
 
@@ -335,7 +336,7 @@ class Frlake:
     def rediagnose(self, job: str | None = None) -> list[Diagnosis]:
         """Recompute and store the diagnosis of every attempt (of ``job``),
         and its summary tables."""
-        keys = self.catalog.attempt_keys(job)
+        keys = self.catalog.attempts.keys(job)
         if job is not None and not keys:
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
         return self._diagnose_all(keys)
@@ -343,7 +344,7 @@ class Frlake:
     def diagnose_pending(self) -> list[Diagnosis]:
         """Diagnose the attempts whose stored diagnosis is missing or older
         than their dumps."""
-        return self._diagnose_all(self.catalog.pending_diagnoses())
+        return self._diagnose_all(self.catalog.diagnoses.pending())
 
     def current_diagnosis(self, job: str, attempt: int, complete: bool | None = None) -> Diagnosis | None:
         """The stored diagnosis of the attempt if it is current, else None. Current: made from the dumps the
@@ -352,10 +353,10 @@ class Frlake:
         exactly these (the same input gives the same answer), so it is what computing it again would give."""
         from frlake.entities import ALGORITHM_VERSION
 
-        state = self.catalog.diagnosis_state(job, attempt)
+        state = self.catalog.diagnoses.state(job, attempt)
         if state is None or state[1]:
             return None
-        stored = self.catalog.diagnosis(job, attempt)
+        stored = self.catalog.diagnoses.get(job, attempt)
         if stored is None or stored.algorithm_version != ALGORITHM_VERSION:
             return None
         if complete is not None and stored.complete != complete:
@@ -366,7 +367,7 @@ class Frlake:
         """The stored diagnosis, or one computed now and not stored (a read
         never writes)."""
         self._attempt_number(job, attempt)
-        return self.catalog.diagnosis(job, attempt) or self._analyse(job, attempt, None)[0]
+        return self.catalog.diagnoses.get(job, attempt) or self._analyse(job, attempt, None)[0]
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
         out = []
@@ -374,7 +375,7 @@ class Frlake:
         if not keys:
             return out
         # one read for these attempts (a user's mark is never lost), none when nothing is pending
-        complete = self.catalog.marked_complete(keys)
+        complete = self.catalog.diagnoses.marked_complete(keys)
         with self._summary_writer() as writer:
             for job, attempt in keys:
                 diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete, resummarise=True)
@@ -383,19 +384,19 @@ class Frlake:
         return out
 
     def _summary_writer(self):
-        from frlake.summaries import SummaryWriter
+        from frlake.storage.summary_tables import SummaryWriter
 
         return SummaryWriter(self.catalog, self.lake)
 
     def _diagnose_one(self, writer, job: str, attempt: int, complete: bool | None, *,
                       resummarise: bool) -> Diagnosis:
         """Diagnose one attempt and store the diagnosis with the attempt's
-        summary tables (frlake.summaries), both made from the same views.
+        summary tables (frlake.storage.summary_tables), both made from the same views.
         Without ``resummarise``, an attempt whose diagnosis is not due keeps
         its summaries: they are those of the revision it is still at (at
         16,384 ranks they cost as much again as the diagnosis)."""
         # read before the views: never newer than they
-        revision, due, copies = self.catalog.diagnosis_state(job, attempt) or (0, True, True)
+        revision, due, copies = self.catalog.diagnoses.state(job, attempt) or (0, True, True)
         diag, summaries = self._analyse(job, attempt, complete, summarise=due or resummarise, copies=copies)
         writer.store(diag, revision, summaries)  # no summaries: the stored ones stay
         return diag
@@ -403,28 +404,33 @@ class Frlake:
     def _analyse(self, job: str, attempt: int, complete: bool | None, *,
                  summarise: bool = False, copies: bool = True) -> tuple[Diagnosis, object]:
         """The diagnosis, and with ``summarise`` the attempt's
-        :class:`~frlake.summaries.AttemptSummary` (else None). Each
+        :class:`~frlake.storage.summary_tables.AttemptSummary` (else None). Each
         attempt is read through views over its own files only, so a diagnosis
         costs the same however long the history is. ``complete`` None: as the
         stored diagnosis says (a user's mark is never lost). ``copies`` False: the caller knows that no file
-        holds a copy of the attempt's dumps in another place (Catalog.diagnosis_state)."""
+        holds a copy of the attempt's dumps in another place (catalog.diagnoses.state)."""
         from frlake.diagnose.analyze import diagnose_attempt
-        from frlake.summaries import summarise as attempt_summary
+        from frlake.query.links import holds_summary
+        from frlake.query.links import summarise as summary_rows
+        from frlake.storage.summary_tables import AttemptSummary
 
         if complete is None:  # the stored report is read only if it holds the mark
-            complete = (job, attempt) in self.catalog.marked_complete([(job, attempt)])
-        claimed = self.catalog.claimed_twice(job, attempt) if copies else {}
+            complete = (job, attempt) in self.catalog.diagnoses.marked_complete([(job, attempt)])
+        claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed)
-            return diag, attempt_summary(con, job, attempt) if summarise else None
+            if not summarise:
+                return diag, None
+            had = holds_summary(con, job, attempt)
+            return diag, AttemptSummary(summary_rows(con), had)
 
     def _attempt_number(self, job: str, attempt: int | None) -> int:
         if attempt is None:
-            numbers = [a for _, a in self.catalog.attempt_keys(job)]
+            numbers = [a for _, a in self.catalog.attempts.keys(job)]
             if not numbers:
                 raise FrlakeError(f"the lake has no dumps of job {job!r}")
             return max(numbers)
-        if not self.catalog.has_attempt(job, attempt):
+        if not self.catalog.attempts.exists(job, attempt):
             raise FrlakeError(f"the lake has no dumps of job {job!r} attempt {attempt}")
         return attempt
 
@@ -437,7 +443,7 @@ class Frlake:
         from frlake.query.side_by_side import EntryFilter, side_by_side
 
         attempt = self._attempt_number(job, attempt)
-        diagnosis = self.catalog.diagnosis(job, attempt)  # its culprits centre a large attempt's view
+        diagnosis = self.catalog.diagnoses.get(job, attempt)  # its culprits centre a large attempt's view
         with self._connection(catalog_views=(), partition=(job, attempt)) as con:
             return side_by_side(con, job, attempt, flt or EntryFilter(), diagnosis=diagnosis)
 

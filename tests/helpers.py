@@ -122,17 +122,16 @@ def assert_outside_readers_see_only_committed(settings) -> None:
 
 def assert_lake_is_clean(settings) -> None:
     """Nothing pending, nothing retired left, and exactly the committed files on disk."""
-    from frlake.catalog.store import Catalog
-    from frlake.lake import hidden_path
+    from frlake.session import Frlake
+    from frlake.storage.files import LakeFiles
+    from frlake.storage.lake import hidden_path
 
-    catalog = Catalog(settings.db_url)
-    try:
-        files = catalog.committed_files()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        records = LakeFiles(fl.catalog)
+        files = records.committed()
         committed = {f.path for f in files} | {hidden_path(f.path) for f in files if f.hidden}
-        assert catalog.pending_lake_files() == []
-        assert catalog.publishing_lake_files() == []
-        assert catalog.retired_count() == 0
-    finally:
-        catalog.close()
+        assert records.pending() == []
+        assert records.publishing() == []
+        assert records.retired_count() == 0
     on_disk = {p.relative_to(settings.lake).as_posix() for p in (settings.lake / "tables").rglob("*") if p.is_file()}
     assert on_disk == committed, "every file under tables/ is committed (at its final and hidden names), and only those"

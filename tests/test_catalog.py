@@ -57,11 +57,11 @@ def test_ingest_and_query_on_each_backend(any_db, corpus, views):
     again = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db)
     assert again.ingested == 0 and again.unchanged == 28
     catalog = Catalog(any_db.db_url)
-    attempts = catalog.attempts()
+    attempts = catalog.attempts.info()
     assert [(a.job, a.attempt, a.n_dumps) for a in attempts] == [
         ("job-223715", 0, 4), ("job-f70c5d", 0, 8), ("job-f70c5d", 1, 8), ("job-f70c5d", 2, 8)]
     assert attempts[0].hosts == ("gpu-b03", "gpu-c04")
-    assert len(catalog.files()) == 28
+    assert len(catalog.files.records()) == 28
     catalog.close()
     con = views(any_db.lake, any_db.db_url)
     assert con.execute("SELECT count(*) FROM attempts").fetchone()[0] == 4
@@ -191,7 +191,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     assert diff == []
     engine.dispose()
     catalog = Catalog(any_db.db_url)
-    assert len(catalog.known_dumps([f.sha256 for f in catalog.files()])) == 4
+    assert len(catalog.dumps.known([f.sha256 for f in catalog.files.records()])) == 4
     catalog.close()
     # the lake reads as before: the files are read at their final names (the Parquet rows of the second
     # identity stay; the catalog no longer counts them, which is what the downgrade warned about)
@@ -224,14 +224,14 @@ def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, co
     assert due and {job for job, _ in due} == {"job-5f5228"}
     db.upgrade(engine)  # 0008 marks every attempt due: each gets its summary tables (tests/test_slow_links.py)
     catalog = Catalog(any_db.db_url)
-    due = catalog.pending_diagnoses()
+    due = catalog.diagnoses.pending()
     assert len(due) == 4
     with frlake.Frlake(any_db) as fl:
         assert {(d.job, d.attempt) for d in fl.diagnose_pending()} == set(due)
-    assert catalog.pending_diagnoses() == []
+    assert catalog.diagnoses.pending() == []
     shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-3")
     ingest([tree / "job-223715/attempt-3"], any_db, IngestOptions(diagnose=False))
-    assert catalog.pending_diagnoses() == [("job-223715", 3)]
+    assert catalog.diagnoses.pending() == [("job-223715", 3)]
     with engine.connect() as conn:
         plan = " ".join(str(r) for r in conn.execute(text(
             ("EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN ")

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from frlake.catalog import db
-from frlake.catalog.store import Catalog
 from frlake.cli.main import app
+from frlake.session import Frlake
 
 runner = CliRunner()
 
@@ -27,9 +27,8 @@ def test_ingest_query_files_round_trip(tmp_path, corpus, monkeypatch, views):
     summary = json.loads(result.stdout)
     assert (summary["ingested"], summary["rejected"]) == (4, 1)
     assert summary["rejected_by_reason"] == {"truncated": 1}
-    catalog = Catalog(f"sqlite:///{lake / 'catalog.db'}")
-    assert len(catalog.files(status="ingested")) == 4
-    catalog.close()
+    with Frlake.open(lake, f"sqlite:///{lake / 'catalog.db'}", must_exist=True) as fl:
+        assert len(fl.catalog.files.records(status="ingested")) == 4
 
     out = runner.invoke(app, ["query", "SELECT rank, count(*) AS n FROM entries GROUP BY rank ORDER BY rank", "-f", "json"])
     assert out.exit_code == 0, out.output

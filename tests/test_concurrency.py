@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
+from frlake.session import Frlake
+from frlake.storage.files import LakeFiles
 from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot
 
 pytestmark = pytest.mark.slow
@@ -72,10 +73,9 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
     assert con.execute("SELECT count(*), count(DISTINCT (sha256, job, attempt)) FROM dumps").fetchone() == (n_files, n_files)
     assert con.execute("SELECT count(*) FROM files").fetchone()[0] == n_files
     assert con.execute("SELECT count(*) FROM (SELECT path FROM files GROUP BY path HAVING count(*) > 1)").fetchone()[0] == 0
-    catalog = Catalog(settings.db_url)
-    assert catalog.pending_lake_files() == [] and catalog.pending_diagnoses() == []
-    assert {s for f in catalog.files() for s in [f.status]} <= {"ingested", "duplicate"}
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        assert LakeFiles(fl.catalog).pending() == [] and fl.catalog.diagnoses.pending() == []
+        assert {s for f in fl.catalog.files.records() for s in [f.status]} <= {"ingested", "duplicate"}
     clean = Settings.resolve(tmp_path / "clean")
     ingest([nfs], clean)
     got, want = snapshot(settings), snapshot(clean)

@@ -13,19 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
+from frlake.session import Frlake
+from frlake.storage.files import LakeFiles
 from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot, visible_parquet
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
 
 def lake_is_consistent(settings: Settings) -> None:
-    catalog = Catalog(settings.db_url)
-    committed = {f.path for f in catalog.committed_files()}
-    assert catalog.pending_lake_files() == [] and catalog.publishing_lake_files() == []
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        files = LakeFiles(fl.catalog)
+        committed = {f.path for f in files.committed()}
+        assert files.pending() == [] and files.publishing() == []
     assert visible_parquet(settings) == committed, "every Parquet file an outside reader sees is committed, and only those"
 
 
@@ -61,7 +62,8 @@ def test_kill_at_random_moment_then_rerun(tmp_path, corpus, clean, trial):
            "--batch-files", "4", "--workers", str(1 + trial % 2), "--quiet"]
     _kill_twice_then_finish(cmd, settings, rng, (0.4, 2.2))
     assert snapshot(settings) == clean
-    assert Catalog(settings.db_url).pending_diagnoses() == [], "whatever was committed is diagnosed"
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        assert fl.catalog.diagnoses.pending() == [], "whatever was committed is diagnosed"
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,6 @@ def test_kill_a_diagnosis_while_it_writes_summaries_then_rerun(tmp_path, timed_l
     cmd = [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "rediagnose"]
     _kill_twice_then_finish(cmd, settings, random.Random(trial), (1.0, 6.0))  # a rediagnose of the twelve: seconds
     assert snapshot(settings) == clean_tables
-    catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
-    assert {f.table for f in catalog.committed_files()} >= {"collective_durations", "watchdog_lags"}
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        assert fl.catalog.diagnoses.pending() == []
+        assert {f.table for f in LakeFiles(fl.catalog).committed()} >= {"collective_durations", "watchdog_lags"}

@@ -104,11 +104,11 @@ def test_a_script_without_a_main_guard_is_told_why_and_no_file_is_rejected(tmp_p
     done = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert 'if __name__ == "__main__":' in done.stderr.splitlines()[-1]
-    from frlake.catalog.store import Catalog
+    from frlake.session import Frlake
 
-    catalog = Catalog(f"sqlite:///{tmp_path / 'frlake-lake' / 'catalog.db'}")
-    assert catalog.files() == [], "nothing is recorded against the files"
-    catalog.close()
+    lake = tmp_path / "frlake-lake"
+    with Frlake.open(lake, f"sqlite:///{lake / 'catalog.db'}", must_exist=True) as fl:
+        assert fl.catalog.files.records() == [], "nothing is recorded against the files"
     (tmp_path / "example.py").write_text(block)  # the guarded script then ingests every file
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "32 dumps ingested, 0 rejected" in done.stdout, done.stderr

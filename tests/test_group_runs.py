@@ -45,7 +45,7 @@ def shapes_lake(tmp_path_factory, corpus) -> Settings:
 @pytest.mark.slow
 def test_members_from_runs_equal_members_from_rank_lists(shapes_lake):
     with Frlake(shapes_lake) as fl:
-        keys = fl.catalog.attempt_keys(None)
+        keys = fl.catalog.attempts.keys(None)
         assert len(keys) > 30
         runs_read = 0
         for job, attempt in keys:

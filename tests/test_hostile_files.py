@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from frlake.catalog.store import Catalog
 from frlake.cli.ingest import EXIT_ALL_REJECTED, EXIT_OK, EXIT_SOME_REJECTED
 from frlake.cli.main import app
 from frlake.config import Settings
@@ -44,11 +43,8 @@ def ingested(settings: Settings) -> list[tuple]:
 
 def rejected(settings: Settings) -> dict[str, str]:
     """path -> reason of every file the catalog holds as rejected."""
-    catalog = Catalog(settings.db_url)
-    try:
-        return {f.path: f.reason for f in catalog.files(status="rejected")}
-    finally:
-        catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        return {f.path: f.reason for f in fl.catalog.files.records(status="rejected")}
 
 
 def run_python(code: str, *args: str, timeout: float = 120, prefix: list[str] = ()) -> dict:

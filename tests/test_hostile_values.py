@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import MAX_MESSAGE, REJECT_REASONS
 from frlake.ingest import IdentityOptions, IngestOptions, Limits
@@ -142,11 +141,8 @@ def _tree(root: Path, corpus: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def _catalog_files(settings: Settings):
-    catalog = Catalog(settings.db_url)
-    try:
-        return catalog.files()
-    finally:
-        catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        return fl.catalog.files.records()
 
 
 @pytest.mark.parametrize("workers", [1, 2])

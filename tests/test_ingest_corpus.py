@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
+from frlake.session import Frlake
 from tests.helpers import diagnose, ingest, load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
@@ -95,16 +95,15 @@ def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus):
     summary = ingest([tree], settings)
     assert summary.rejected == 1 and summary.ingested == 3
     assert summary.rejected_files[0]["reason"] == "truncated"
-    catalog = Catalog(settings.db_url)
-    rejected = catalog.files(status="rejected")
-    assert [(r.path, r.reason) for r in rejected] == [(str(victim), "truncated")]
-    # unchanged bytes are not retried; once the write completes the file is ingested
-    assert ingest([tree], settings).rejected == 0
-    victim.write_bytes(whole)
-    later = ingest([tree], settings)
-    assert (later.ingested, later.unchanged) == (1, 3)
-    assert catalog.files(status="rejected") == []
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        rejected = fl.catalog.files.records(status="rejected")
+        assert [(r.path, r.reason) for r in rejected] == [(str(victim), "truncated")]
+        # unchanged bytes are not retried; once the write completes the file is ingested
+        assert ingest([tree], settings).rejected == 0
+        victim.write_bytes(whole)
+        later = ingest([tree], settings)
+        assert (later.ingested, later.unchanged) == (1, 3)
+        assert fl.catalog.files.records(status="rejected") == []
 
 
 def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus, views):
@@ -123,11 +122,10 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     shutil.copytree(tree / "job-223715/attempt-9", tree / "copies/job-223715/attempt-9")
     dup = ingest([tree], settings)
     assert (dup.ingested, dup.already_present) == (0, 4)
-    catalog = Catalog(settings.db_url)
-    copies = [f for f in catalog.files() if "/copies/" in f.path]
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        copies = [f for f in fl.catalog.files.records() if "/copies/" in f.path]
     assert {f.status for f in copies} == {"duplicate"} and {f.attempt for f in copies} == {9}
     assert all("already in the lake as job 'job-223715' attempt 9" in f.detail for f in copies)
-    catalog.close()
     # new bytes at a known path: a new version
     target = tree / "job-223715/attempt-0/gpu-c04/rank_2"
     other = load_trusted(corpus / "job-5f5228/attempt-0/gpu-b01/rank_2")
@@ -137,10 +135,9 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
     os.utime(target, ns=(1, 1))
     newer = ingest([tree], settings)
     assert newer.ingested == 1
-    catalog = Catalog(settings.db_url)
-    files = {f.path: f for f in catalog.files()}
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        files = {f.path: f for f in fl.catalog.files.records()}
     assert files[str(target)].status == "ingested"
-    catalog.close()
     con = views(settings.lake)
     assert con.execute(f"SELECT count(*) FROM dumps WHERE source_path = '{target}'").fetchone()[0] == 2
 
@@ -157,7 +154,7 @@ def test_explicit_options_win_over_the_layout(tmp_path, corpus, views):
 
 
 def test_original_bytes_are_kept_and_come_back_exactly(corpus, corpus_lake, views):
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     lake = Lake(corpus_lake.lake)
     con = views(corpus_lake.lake)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import LakeLocked
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.lake import Lake
+from frlake.session import Frlake
+from frlake.storage.lake import Lake
 from tests.helpers import diagnose, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,15 +39,15 @@ def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     # diagnose=False leaves the catalog exactly as a kill -9 between the commit and the diagnosis does
     summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], lake, IngestOptions(diagnose=False))
     assert summary.ingested == 28 and summary.diagnosed == []
-    catalog = Catalog(lake.db_url)
-    assert catalog.pending_diagnoses() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
-    again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
-    assert again.ingested == 0 and again.unchanged == 4
-    assert sorted((d.job, d.attempt) for d in again.diagnosed) == [
-        ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).verdict == "hang"
-    catalog.close()
+    with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
+        diagnoses = fl.catalog.diagnoses
+        assert diagnoses.pending() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
+        again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
+        assert again.ingested == 0 and again.unchanged == 4
+        assert sorted((d.job, d.attempt) for d in again.diagnosed) == [
+            ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
+        assert diagnoses.pending() == []
+        assert diagnoses.get("job-223715", 0).verdict == "hang"
 
 
 def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path):
@@ -57,16 +57,16 @@ def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path)
     held = tmp_path / "rank_3"
     shutil.move(late, held)  # rank 3 arrives late
     ingest([tree], lake)
-    catalog = Catalog(lake.db_url)
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == [3]
-    shutil.move(held, late)
-    ingest([tree], lake, IngestOptions(diagnose=False))
-    assert catalog.pending_diagnoses() == [("job-223715", 0)]
-    ingest([tree], lake)
-    assert catalog.pending_diagnoses() == []
-    assert catalog.diagnosis("job-223715", 0).ranks_missing_dump == []
-    catalog.close()
+    with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
+        diagnoses = fl.catalog.diagnoses
+        assert diagnoses.pending() == []
+        assert diagnoses.get("job-223715", 0).ranks_missing_dump == [3]
+        shutil.move(held, late)
+        ingest([tree], lake, IngestOptions(diagnose=False))
+        assert diagnoses.pending() == [("job-223715", 0)]
+        ingest([tree], lake)
+        assert diagnoses.pending() == []
+        assert diagnoses.get("job-223715", 0).ranks_missing_dump == []
 
 
 @pytest.mark.slow
@@ -82,11 +82,9 @@ def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
     while time.monotonic() < deadline and proc.poll() is None:
         if (settings.lake / "catalog.db").exists():
             try:
-                catalog = Catalog(settings.db_url, check=False)
-                if catalog.attempt_keys():
-                    catalog.close()
-                    break
-                catalog.close()
+                with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+                    if fl.catalog.attempts.keys():
+                        break
             except Exception:
                 pass
         time.sleep(0.05)
@@ -95,10 +93,9 @@ def test_kill_between_commit_and_diagnosis_then_rerun(tmp_path, corpus):
     proc.wait()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
-    assert len(catalog.attempt_keys()) == 30
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        assert fl.catalog.diagnoses.pending() == []
+        assert len(fl.catalog.attempts.keys()) == 30
 
 
 def _first_ingest(args: tuple[str, str, str]) -> tuple[int, str]:
@@ -123,9 +120,8 @@ def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_pat
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(_first_ingest, [(lake, db_url, t) for t in trees]))
     assert [code for code, _ in results] == [0, 0, 0], [err for _, err in results]
-    catalog = Catalog(db_url or Settings.resolve(lake).db_url)
-    assert sorted({job for job, _ in catalog.attempt_keys()}) == ["job-223715", "job-5f5228", "job-e211c0"]
-    catalog.close()
+    with Frlake.open(lake, db_url or None, must_exist=True) as fl:
+        assert sorted({job for job, _ in fl.catalog.attempts.keys()}) == ["job-223715", "job-5f5228", "job-e211c0"]
 
 
 @pytest.mark.slow
@@ -190,9 +186,8 @@ def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
 
     ingest([corpus / "job-223715"], lake, IngestOptions(chunk_files=1), progress)
     assert inner and inner[0].ingested == 12
-    catalog = Catalog(lake.db_url)
-    assert {j for j, _ in catalog.attempt_keys()} == {"job-223715", "job-e211c0"}
-    catalog.close()
+    with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
+        assert {j for j, _ in fl.catalog.attempts.keys()} == {"job-223715", "job-e211c0"}
 
 
 def test_a_busy_lake_makes_ingest_wait_then_fail_clearly(lake, corpus):
@@ -271,11 +266,8 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
     with pytest.raises(OSError, match="the disk went away"):
         ingest([corpus], lake, IngestOptions(chunk_files=4, diagnose=False))
     monkeypatch.setattr(module, name, real)
-    catalog = Catalog(lake.db_url)
-    try:
-        assert len(catalog.files()) == 8  # two batches of four files
-    finally:
-        catalog.close()
+    with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
+        assert len(fl.catalog.files.records()) == 8  # two batches of four files
     assert not any(p.is_file() for p in (lake.lake / ".staging").rglob("*") if "lock" not in p.name)
     summary = ingest([corpus], lake, IngestOptions(chunk_files=4))
     total = len([p for p in corpus.rglob("rank_*") if p.is_file()])

@@ -1,5 +1,6 @@
-"""The house's layers, read from the package's own imports (ast): entities at the bottom, the catalog and
-the query layer below the analysis, no cycle, nothing that reaches up into the package's facade."""
+"""The house's layers, read from the package's own imports (ast): entities at the bottom, the catalog below
+the storage wing, both and the query layer below the analysis, no cycle, nothing that reaches up into the
+package's facade."""
 
 from __future__ import annotations
 
@@ -41,6 +42,24 @@ def _under(module: str, package: str) -> bool:
 def test_the_catalog_and_the_query_layer_import_nothing_of_the_analysis():
     wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
                    if (_under(m, "frlake.catalog") or _under(m, "frlake.query")) and _under(i, "frlake.diagnose"))
+    assert wrong == []
+
+
+def test_the_catalog_imports_nothing_of_the_storage_wing():
+    """The storage wing (frlake.storage) sits above the catalog: a catalog transaction that also switches lake
+    files takes the switch as a callback from the wing (``also``)."""
+    wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
+                   if _under(m, "frlake.catalog") and _under(i, "frlake.storage"))
+    assert wrong == []
+
+
+def test_the_storage_wing_imports_nothing_above_it():
+    """How bytes become committed files and leave again knows the catalog, the schema and the entities, not
+    who writes (ingest, the session, the server, the command line), what reads (the query layer) or what
+    analyses: the session computes an attempt's summary rows and hands them to the wing's SummaryWriter."""
+    above = ("frlake.query", "frlake.diagnose", "frlake.ingest", "frlake.session", "frlake.server", "frlake.cli")
+    wrong = sorted((m, i) for m, deps in GRAPH.items() for i in deps
+                   if _under(m, "frlake.storage") and any(_under(i, a) for a in above))
     assert wrong == []
 
 

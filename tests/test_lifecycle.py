@@ -11,12 +11,13 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from frlake.catalog.db import head_revision
-from frlake.catalog.store import Catalog
 from frlake.cli.main import app
 from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.lifecycle import CompactOptions, ForgetOptions
 from frlake.session import Frlake
+from frlake.storage.compact import CompactOptions
+from frlake.storage.files import LakeFiles
+from frlake.storage.forget import ForgetOptions
 from tests.helpers import assert_lake_is_clean, ingest, snapshot, visible_parquet
 
 JOB = "job-f70c5d"  # 3 attempts of 8 ranks each
@@ -67,10 +68,8 @@ def test_other_rejections_are_skipped_unread_until_retried(tmp_path, corpus):
     retried = ingest([tmp_path / "nfs"], settings, IngestOptions(retry_rejected=True))
     assert (retried.rejected, retried.skipped_rejected) == (1, 0)
     # a newer frlake judges every rejection again (the catalog says which frlake judged it)
-    catalog = Catalog(settings.db_url)
-    with catalog.engine.begin() as conn:
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl, fl.catalog.engine.begin() as conn:
         conn.execute(text("UPDATE files SET frlake_version = '0.0.1'"))
-    catalog.close()
     assert ingest([tmp_path / "nfs"], settings).rejected == 1
 
 
@@ -98,12 +97,12 @@ def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path
     with Frlake(settings) as fl:
         dry = fl.forget(job=JOB, attempt=1, options=ForgetOptions(dry_run=True))
         assert (dry.dumps, dry.attempts_removed) == (8, [(JOB, 1)])
-        assert fl.catalog.has_attempt(JOB, 1), "a dry run changes nothing"
+        assert fl.catalog.attempts.exists(JOB, 1), "a dry run changes nothing"
         shas = [r[0] for r in fl.connect().execute(
             f"SELECT sha256 FROM dumps WHERE job = '{JOB}' AND attempt = 1").fetchall()]
         done = fl.forget(job=JOB, attempt=1, options=NOW)
         assert (done.dumps, done.attempts_removed, done.attempts_changed) == (8, [(JOB, 1)], [])
-        assert not fl.catalog.has_attempt(JOB, 1) and fl.catalog.diagnosis(JOB, 1) is None
+        assert not fl.catalog.attempts.exists(JOB, 1) and fl.catalog.diagnoses.get(JOB, 1) is None
     assert not any((settings.lake / "raw" / sha[:2] / f"{sha}.zst").exists() for sha in shas)
     assert_lake_is_clean(settings)
     # the same as a lake that never held the attempt (but for the forgotten files' records)
@@ -136,12 +135,12 @@ def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, co
     ingest([tree], settings, IngestOptions(chunk_files=3))
     host = tree / JOB / "attempt-0/gpu-a02"
     with Frlake(settings) as fl:
-        before = fl.catalog.attempt_revision(JOB, 0)
+        before = fl.catalog.attempts.revision(JOB, 0)
         done = fl.forget(path=str(host), options=NOW)
         assert (done.dumps, done.attempts_changed, done.attempts_removed) == (2, [(JOB, 0)], [])
-        assert fl.catalog.attempt_revision(JOB, 0) == before + 1
-        assert fl.catalog.pending_diagnoses() == [], "the changed attempt is diagnosed again"
-        assert sorted(fl.catalog.diagnosis(JOB, 0).ranks_dumped) == [2, 3, 4, 5, 6, 7]
+        assert fl.catalog.attempts.revision(JOB, 0) == before + 1
+        assert fl.catalog.diagnoses.pending() == [], "the changed attempt is diagnosed again"
+        assert sorted(fl.catalog.diagnoses.get(JOB, 0).ranks_dumped) == [2, 3, 4, 5, 6, 7]
     assert_lake_is_clean(settings)
     shutil.rmtree(host)
     clean = Settings.resolve(tmp_path / "clean")
@@ -160,7 +159,7 @@ def test_forget_by_age(tmp_path, corpus):
     assert everything.exit_code == 0, everything.output
     assert "forgot 28 dumps" in everything.output
     with Frlake(settings) as fl:
-        assert fl.catalog.attempt_keys() == []
+        assert fl.catalog.attempts.keys() == []
     assert list((settings.lake / "raw").rglob("*.zst")) == []
     assert {p.name for p in (settings.lake / "tables").iterdir()} >= {"entries", "dumps"}
     assert visible_parquet(settings) == {f for f in visible_parquet(settings) if f.startswith("tables/stacks/")}
@@ -181,12 +180,12 @@ def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
     before = snapshot(settings)
     with Frlake(settings) as fl:
-        n_before = len(fl.catalog.committed_files())
+        n_before = len(LakeFiles(fl.catalog).committed())
         early = fl.connect()  # a reader that built its views before the compaction
         count = early.execute("SELECT count(*) FROM entries").fetchone()[0]
         summary = fl.compact(options=CompactOptions())
         assert summary.files_before > summary.files_after
-        files = fl.catalog.committed_files()
+        files = LakeFiles(fl.catalog).committed()
         per_partition = {(f.table, f.job, f.attempt) for f in files}
         assert len(files) == len(per_partition) < n_before, "one file per table and attempt, and one of stacks"
         assert early.execute("SELECT count(*) FROM entries").fetchone()[0] == count, "the old files stay for readers"
@@ -206,7 +205,7 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None, diagnose=False))
     before = snapshot(settings)
     with Frlake(settings) as fl:
-        files = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        files = [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)]
         assert len(files) == 8
         rows = [pq.read_table(settings.lake / f.readable).to_pylist() for f in files]
         target = sum(f.bytes for f in files) // 3 + 1  # about three merged files
@@ -215,11 +214,11 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
         victim.write_bytes(whole[: len(whole) // 2])
         with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow says of a truncated file
             fl.compact([(JOB, 0)], CompactOptions(target_bytes=target))
-        assert [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)] == files
+        assert [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)] == files
         assert not list((settings.lake / ".staging").rglob("*.parquet*")), "no merged file is left staged"
         victim.write_bytes(whole)
         summary = fl.compact([(JOB, 0)], CompactOptions(target_bytes=target, retire_grace_s=0))
-        merged = [f for f in fl.catalog.committed_files("entries") if (f.job, f.attempt) == (JOB, 0)]
+        merged = [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)]
         assert summary.files_before >= 8 and len(merged) >= 2
         got = [r for f in merged for r in pq.read_table(settings.lake / f.readable).to_pylist()]
         assert got == [r for part in rows for r in part], "the rows of the old files, in their order"
@@ -232,11 +231,11 @@ def test_compaction_writes_the_current_schema(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(chunk_files=2, compact_min_files=None))
     with Frlake(settings) as fl:
-        old = fl.catalog.committed_files("dumps")[0]
+        old = LakeFiles(fl.catalog).committed("dumps")[0]
         path = settings.lake / old.readable
         pq.write_table(pq.read_table(path).drop_columns(["extra"]), path)
         fl.compact(options=CompactOptions(retire_grace_s=0))
-        merged = fl.catalog.committed_files("dumps")
+        merged = LakeFiles(fl.catalog).committed("dumps")
         assert len(merged) == 1
         table = pq.read_table(settings.lake / merged[0].readable)
         assert "extra" in table.column_names and table.num_rows == 4
@@ -249,7 +248,7 @@ def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
     summary = ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=4))
     assert summary.compacted > 0
     with Frlake(settings) as fl:
-        for table, job, attempt, n in fl.catalog.partition_file_counts(min_files=1):
+        for table, job, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1):
             assert n < 4, (table, job, attempt, n)
         assert fl.connect().execute("SELECT count(*) FROM dumps").fetchone()[0] == 24
 
@@ -259,7 +258,8 @@ def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wr
     summary = ingest([tree], settings, IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
     assert summary.compacted == 0
     with Frlake(settings) as fl:
-        counts = {(table, attempt): n for table, _, attempt, n in fl.catalog.partition_file_counts(min_files=1)
+        counts = {(table, attempt): n
+                  for table, _, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1)
                   if table != "stacks"}
     # each attempt's 8 dumps in 2 whole batches of 4 (cutting the last batches smaller made 7 files of attempt 2)
     assert set(counts.values()) == {2} and {a for _, a in counts} == {0, 1, 2}, counts
@@ -285,7 +285,7 @@ def test_quiet_ingest_prints_only_problems(tmp_path, corpus):
 
 
 def test_a_busy_lake_makes_ingest_exit_1_with_a_clear_message(tmp_path, corpus):
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings)
@@ -349,7 +349,7 @@ def test_a_rewrite_holds_a_row_group_of_bounded_bytes(tmp_path):
     import pyarrow.parquet as pq
 
     from frlake import schema
-    from frlake.lake import Lake
+    from frlake.storage.lake import Lake
 
     world = list(range(16384))
     rows = [{"dump_id": d, "rank": d, "host": "h", "pg_name": "0", "pg_desc": "default_pg", "ranks": world,
@@ -364,14 +364,14 @@ def test_a_rewrite_holds_a_row_group_of_bounded_bytes(tmp_path):
 
 
 def test_read_ahead_gives_every_batch_in_order_holds_few_and_stops_with_its_caller():
-    """A rewrite decodes the next batches while it writes the ones before (frlake.lifecycle.rewrite.read_ahead):
+    """A rewrite decodes the next batches while it writes the ones before (frlake.storage.rewrite.read_ahead):
     every batch comes, in order; no more than its byte budget (and the batch being read) waits; the reader's
     error reaches the caller; and a caller that stops stops the reader."""
     import threading
 
     import pyarrow as pa
 
-    from frlake.lifecycle.rewrite import read_ahead
+    from frlake.storage.rewrite import read_ahead
 
     batches = [pa.record_batch({"x": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(40)]
     size = batches[0].nbytes

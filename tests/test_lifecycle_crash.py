@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.session import Frlake
@@ -91,6 +90,5 @@ def test_kill_a_lifecycle_command_then_rerun(tmp_path, corpus, any_db, operation
     assert again.returncode == 0, again.stderr
     assert _tables(snapshot(settings)) == expected
     assert_lake_is_clean(settings)
-    catalog = Catalog(settings.db_url)
-    assert catalog.pending_diagnoses() == []
-    catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        assert fl.catalog.diagnoses.pending() == []

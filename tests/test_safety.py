@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.errors import DumpRejected
 from frlake.ingest import IdentityOptions, IngestOptions
@@ -81,9 +80,8 @@ def test_hostile_pickles_in_a_tree_write_no_marker_and_others_ingest(tmp_path, c
     assert not MARKER.exists()
     assert summary["ingested"] == 1
     assert summary["rejected"] == len(EXPECTED_REASONS)
-    catalog = Catalog(f"sqlite:///{lake / 'catalog.db'}")
-    reasons = {Path(f.path).name: f.reason for f in catalog.files(status="rejected")}
-    catalog.close()
+    with Frlake.open(lake, f"sqlite:///{lake / 'catalog.db'}", must_exist=True) as fl:
+        reasons = {Path(f.path).name: f.reason for f in fl.catalog.files.records(status="rejected")}
     expected = {f"rank_{i + 10}": reason for i, reason in enumerate(EXPECTED_REASONS[n] for n in sorted(EXPECTED_REASONS))}
     assert reasons == expected
 

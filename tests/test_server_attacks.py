@@ -25,9 +25,9 @@ from frlake.config import Settings
 from frlake.errors import FrlakeError
 from frlake.ingest.identity import Layout
 from frlake.ingest.upload import UPLOADS_DIR, UploadLimits
-from frlake.lake import Lake
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, allowed_hosts
+from frlake.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "attack-token"

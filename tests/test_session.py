@@ -67,10 +67,10 @@ def test_a_read_never_writes(corpus_lake, tmp_path):
     settings = frlake.Settings.resolve(tmp_path / "lake")
     ingest([CORPUS / "job-223715"], settings, frlake_options(diagnose=False))
     with Frlake(settings) as fl:
-        assert fl.catalog.diagnosis("job-223715", 0) is None
+        assert fl.catalog.diagnoses.get("job-223715", 0) is None
         assert fl.stored_diagnosis("job-223715", 0).verdict == "hang"
-        assert fl.catalog.diagnosis("job-223715", 0) is None
-        assert fl.catalog.pending_diagnoses() == [("job-223715", 0)]
+        assert fl.catalog.diagnoses.get("job-223715", 0) is None
+        assert fl.catalog.diagnoses.pending() == [("job-223715", 0)]
 
 
 def frlake_options(**kwargs):
@@ -146,6 +146,6 @@ def test_diagnose_shows_the_current_stored_diagnosis_and_fresh_computes_it_again
     shutil.copy(rank0, rank0.with_name("rank_0_1730000000"))  # a second dump of rank 0: a snapshot
     ingest([tree], settings, IngestOptions(diagnose=False))
     with Frlake(settings) as fl:
-        assert fl.catalog.diagnosis_state(job, 0)[1], "the attempt's dumps changed: its diagnosis is due"
+        assert fl.catalog.diagnoses.state(job, 0)[1], "the attempt's dumps changed: its diagnosis is due"
         assert fl.current_diagnosis(job, 0) is None
     assert cli()["summary"] != "altered"

@@ -14,10 +14,11 @@ from sqlalchemy import update
 
 from frlake.catalog.models import LakeFile
 from frlake.config import Settings
-from frlake.lifecycle import CompactOptions
 from frlake.schema import SIGNED, schema_variable
 from frlake.session import Frlake
 from frlake.signatures import EMPTY_LIST, NO_LIST, signatures, value_signature
+from frlake.storage.compact import CompactOptions
+from frlake.storage.files import LakeFiles
 from tests.helpers import ingest
 from tests.test_diagnose_p2p import _steps, _write_job
 
@@ -103,7 +104,7 @@ JOBS = ("job-5f5228", "job-f70c5d", "job-24fdd5")
 
 def _diagnoses(settings: Settings) -> dict:
     with Frlake(settings) as fl:
-        attempts = fl.catalog.attempt_keys()
+        attempts = fl.catalog.attempts.keys()
         out = {}
         for job, attempt in attempts:
             d = fl.diagnose(job, attempt, store=False).to_dict()
@@ -115,7 +116,7 @@ def _diagnoses(settings: Settings) -> dict:
 def _as_schema_1(settings: Settings) -> None:
     """Make every entries file one that a frlake before signatures wrote: no signature columns, version 1."""
     with Frlake(settings) as fl:
-        for f in fl.catalog.committed_files("entries"):
+        for f in LakeFiles(fl.catalog).committed("entries"):
             old = pq.read_table(settings.lake / f.readable).drop_columns(SIGS)
             for name in {f.readable, f.path}:  # frlake's views read the hidden name, outside engines the final one
                 if (settings.lake / name).exists():
@@ -149,11 +150,12 @@ def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_com
     assert _diagnoses(settings) == signed, "the lists hashed at diagnosis time give the same diagnoses"
 
     with Frlake(settings) as fl:
-        assert fl.catalog.old_schema_partitions([("nccl", 0)]) == [("entries", "nccl", 0)], "only the ones asked"
-        old = len(fl.catalog.committed_files("entries"))
+        files = LakeFiles(fl.catalog)
+        assert files.old_schema_partitions([("nccl", 0)]) == [("entries", "nccl", 0)], "only the ones asked"
+        old = len(files.committed("entries"))
         summary = fl.compact(options=CompactOptions(retire_grace_s=0))
         assert summary.partitions > 0 and summary.old_schema_files == old, (old, summary)
-        assert {f.schema_version for f in fl.catalog.committed_files("entries")} == {2}
+        assert {f.schema_version for f in LakeFiles(fl.catalog).committed("entries")} == {2}
         con = fl.connect()
         assert con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] == 2
         for lists, sig in SIGNED:
@@ -170,7 +172,7 @@ def test_a_diagnosis_compares_the_stored_signatures(tmp_path):
     ingest([tmp_path / "nfs"], settings)
     with Frlake(settings) as fl:
         assert fl.diagnose("nccl", 0, store=False).verdict == "healthy"
-        for f in fl.catalog.committed_files("entries"):
+        for f in LakeFiles(fl.catalog).committed("entries"):
             path = settings.lake / f.readable
             table = pq.read_table(path)
             rank2 = pa.compute.equal(table.column("rank"), 2)

@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
-from frlake.lifecycle import CompactOptions
 from frlake.query.reports import REPORTS
 from frlake.query.window import Window
 from frlake.schema import SUMMARY_TABLES
 from frlake.session import Frlake
+from frlake.storage.compact import CompactOptions
+from frlake.storage.files import LakeFiles
 from tests.fleet import slow_link_attempt, slow_link_fleet, write_timed
 from tests.helpers import assert_lake_is_clean, ingest
 
@@ -95,11 +95,9 @@ def test_the_page_lists_the_slow_link(timed):
 
 
 def _summary_files(settings: Settings, key: tuple[str, int]) -> dict[str, int]:
-    catalog = Catalog(settings.db_url)
-    try:
-        return {t: len(catalog.committed_files(t, key)) for t in SUMMARY_TABLES}
-    finally:
-        catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        files = LakeFiles(fl.catalog)
+        return {t: len(files.committed(t, key)) for t in SUMMARY_TABLES}
 
 
 def _stored_and_fresh(settings: Settings, job: str, attempt: int) -> tuple[dict, dict]:
@@ -157,7 +155,7 @@ def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it
 def test_a_diagnosis_older_than_the_stored_one_leaves_the_summary_alone(timed, tmp_path):
     """Two processes diagnosing one attempt: the one that read an older revision stores nothing, and its
     files are withdrawn (no pending record, no stray file)."""
-    from frlake.summaries import SummaryWriter
+    from frlake.storage.summary_tables import SummaryWriter
 
     lake = tmp_path / "copy"
     shutil.copytree(timed.lake, lake)
@@ -167,8 +165,8 @@ def test_a_diagnosis_older_than_the_stored_one_leaves_the_summary_alone(timed, t
         diag, rows = fl._analyse("job-x", 0, None, summarise=True)
         with SummaryWriter(fl.catalog, fl.lake) as writer:
             assert writer.store(diag, -1, rows) is False  # the stored diagnosis saw revision >= 0
-            assert writer.store(diag, fl.catalog.attempt_revision("job-x", 0), rows) is True
-        assert fl.catalog.pending_lake_files() == []
+            assert writer.store(diag, fl.catalog.attempts.revision("job-x", 0), rows) is True
+        assert LakeFiles(fl.catalog).pending() == []
     assert _summary_files(settings, ("job-x", 0)) == before
     with Frlake(settings) as fl:
         fl.compact(options=CompactOptions(retire_grace_s=0))  # a writer that sweeps the retired files
@@ -188,10 +186,10 @@ def test_an_attempt_diagnosed_by_an_older_frlake_gets_its_summary_after_the_upgr
     db.upgrade(engine)
     engine.dispose()
     with Frlake(settings) as fl:
-        assert len(fl.catalog.pending_diagnoses()) == 3
+        assert len(fl.catalog.diagnoses.pending()) == 3
         assert fl.report("slow-links") == []  # not summarised yet
         fl.diagnose_pending()
-        assert fl.catalog.pending_diagnoses() == []
+        assert fl.catalog.diagnoses.pending() == []
         assert fl.report("slow-links")[0]["host"] == "h3"
 
 
@@ -225,11 +223,11 @@ def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_t
 
     def files() -> list[str]:
         with Frlake(settings) as fl:
-            return sorted(f.path for t in SUMMARY_TABLES for f in fl.catalog.committed_files(t, key))
+            return sorted(f.path for t in SUMMARY_TABLES for f in LakeFiles(fl.catalog).committed(t, key))
 
     before, (stored, _) = files(), _stored_and_fresh(settings, *key)
     with Frlake(settings) as fl:
-        assert fl.catalog.diagnosis_state(*key)[1] is False
+        assert fl.catalog.diagnoses.state(*key)[1] is False
         diagnosed_at = fl.catalog.version()
         fl.diagnose(*key)
         assert fl.catalog.version() != diagnosed_at  # the diagnosis was stored again

@@ -26,7 +26,6 @@ else:
     pytest.importorskip("pyspark")
 
 from frlake import schema  # noqa: E402
-from frlake.catalog.store import Catalog  # noqa: E402
 from frlake.config import Settings  # noqa: E402
 from frlake.engines.spark import register_views, run_report, spark_schema  # noqa: E402
 from frlake.engines.transpile import NotPortable, to_spark  # noqa: E402
@@ -35,6 +34,7 @@ from frlake.ingest.identity import IdentityOptions  # noqa: E402
 from frlake.query.reports import REPORTS  # noqa: E402
 from frlake.query.window import Window  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
+from frlake.storage.files import LakeFiles  # noqa: E402
 from tests.helpers import ROOT, copy_tree, ingest  # noqa: E402
 
 
@@ -178,7 +178,7 @@ def test_views_read_the_committed_files_only(spark, tmp_path, corpus):
         register_views(spark, fl, ["entries"])
         before = spark.sql("SELECT count(*) FROM entries").first()[0]
         # a file the catalog never committed: a publication in progress, or one compaction replaced
-        committed = fl.lake.root / fl.catalog.lake_files("entries")[0]
+        committed = fl.lake.root / LakeFiles(fl.catalog).paths("entries")[0]
         stray = committed.with_name("part-stray.parquet")
         stray.write_bytes(committed.read_bytes())
         register_views(spark, fl, ["entries"])
@@ -203,14 +203,11 @@ def plain_read_files(spark, settings: Settings) -> set[str]:
 
 
 def committed_files(settings: Settings) -> set[str]:
-    catalog = Catalog(settings.db_url)
-    try:
-        return {p for paths in catalog.table_files(final=True).values() for p in paths}
-    finally:
-        catalog.close()
+    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+        return {p for paths in LakeFiles(fl.catalog).table_files(final=True).values() for p in paths}
 
 
-def _uncommitted_on_disk(settings: Settings, catalog: Catalog) -> set[str]:
+def _uncommitted_on_disk(settings: Settings, fl: Frlake) -> set[str]:
     """Parquet files a directory reader would take that the catalog has not committed (listed first,
     so a file committed meanwhile is not counted)."""
     tables = settings.lake / "tables"
@@ -218,18 +215,18 @@ def _uncommitted_on_disk(settings: Settings, catalog: Catalog) -> set[str]:
                if not any(part.startswith((".", "_")) for part in p.relative_to(tables).parts)}
     if not on_disk:
         return set()
-    return on_disk - _committed_final_names(catalog)
+    return on_disk - _committed_final_names(fl)
 
 
-def _committed_final_names(catalog: Catalog) -> set[str]:
+def _committed_final_names(fl: Frlake) -> set[str]:
     """The final names of every file whose rows the catalog committed, including those a crash caught while
     their final names were being linked (status ``publishing``: the next run finishes them)."""
     from sqlalchemy import select
 
-    from frlake.catalog.lakefiles import VISIBLE
     from frlake.catalog.models import LakeFile
+    from frlake.storage.files import VISIBLE
 
-    with catalog.session() as s:
+    with fl.catalog.session() as s:
         return set(s.scalars(select(LakeFile.path).where(LakeFile.status.in_(VISIBLE))))
 
 
@@ -251,33 +248,31 @@ def test_a_crash_between_staging_and_commit_leaves_nothing_under_tables_that_spa
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         deadline = time.monotonic() + rng.uniform(1.0, 4.0)
-        catalog, caught = None, False
+        fl, caught = None, False
         try:
             while proc.poll() is None and time.monotonic() < deadline and not caught:
                 time.sleep(rng.uniform(0.0, 0.03))
-                if catalog is None and Path(settings.db_url.split("///", 1)[-1]).is_file():
-                    catalog = Catalog(settings.db_url)
-                if catalog is None or not (settings.lake / "tables").is_dir():
+                if fl is None and Path(settings.db_url.split("///", 1)[-1]).is_file():
+                    fl = Frlake.open(settings.lake, settings.db_url, must_exist=True)
+                    fl.catalog  # noqa: B018 - opened now, while the writer runs
+                if fl is None or not (settings.lake / "tables").is_dir():
                     continue
                 try:
                     os.killpg(proc.pid, signal.SIGSTOP)
                 except ProcessLookupError:
                     break
-                caught = bool(_uncommitted_on_disk(settings, catalog))  # if so, it dies paused right here
+                caught = bool(_uncommitted_on_disk(settings, fl))  # if so, it dies paused right here
                 if not caught:
                     os.killpg(proc.pid, signal.SIGCONT)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            if catalog is not None:
-                catalog.close()
+            if fl is not None:
+                fl.close()
         after_crash = plain_read_files(spark, settings)
-        catalog = Catalog(settings.db_url)
-        try:
-            assert after_crash <= _committed_final_names(catalog), f"trial {trial}: Spark reads uncommitted files"
-        finally:
-            catalog.close()
+        with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
+            assert after_crash <= _committed_final_names(fl), f"trial {trial}: Spark reads uncommitted files"
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert plain_read_files(spark, settings) == committed_files(settings)

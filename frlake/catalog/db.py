@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect, text
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from frlake.errors import CatalogError, StaleCatalog
 
 WRITE = "frlake_write"  # execution option of a session that will write
+_CHUNK = 500
 # The migrations shipped with this frlake, one file each, named by their revision ("0013_files_by_attempt.py").
 VERSIONS = Path(__file__).resolve().parent.parent / "migrations" / "versions"
 
@@ -219,6 +221,23 @@ def session_scope(factory: sessionmaker, write: bool = False) -> Iterator[Sessio
         raise
     finally:
         session.close()
+
+
+class Store:
+    """One area of the catalog (``catalog.runs``, ``catalog.dumps``...): its methods open their
+    transactions with the catalog's one session helper, ``session(write=...)``."""
+
+    def __init__(self, session: Callable[..., AbstractContextManager[Session]]):
+        self.session = session
+
+
+def chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 class Migrations:

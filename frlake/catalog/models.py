@@ -128,7 +128,7 @@ class LakeFile(Base):
     ``pending``: being published (at its hidden name, or not yet there), undone
     by recovery after a crash. ``publishing``: committed, not yet linked at
     ``path``. ``committed``: also at ``path``, where outside readers see it.
-    frlake's views read the hidden name (:func:`frlake.lake.hidden_path`)
+    frlake's views read the hidden name (:func:`frlake.storage.lake.hidden_path`)
     while ``hidden``, else ``path``."""
 
     __tablename__ = "lake_files"

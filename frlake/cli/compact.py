@@ -48,7 +48,7 @@ def compact_command(
     attempts it touched on its own past 16 files.
 
     Exit status: 0 done (or nothing to merge); 1 on errors."""
-    from frlake.lifecycle import CompactOptions
+    from frlake.storage.compact import CompactOptions
 
     with user_errors():
         if attempt is not None and job is None:

@@ -57,8 +57,8 @@ def forget_command(
     Exit status: 0 done (or nothing matched); 1 on errors; 2 on a usage error (nothing to forget)."""
     from datetime import UTC, datetime, timedelta
 
-    from frlake.catalog.lifecycle import ForgetSelector
-    from frlake.lifecycle import ForgetOptions
+    from frlake.storage.forget import ForgetOptions
+    from frlake.storage.forget_plan import ForgetSelector
 
     with user_errors():
         cutoff = parse_date(before) if before else None

@@ -31,7 +31,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     the attempt's summary tables (frlake.query.links.summarise).
 
     ``claimed``: rank -> the hosts whose folders hold its dump's bytes, where more than one does (a copy:
-    Catalog.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``)."""
+    catalog.dumps.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``)."""
     started = time.perf_counter()
     ev = load(con, job, attempt, durations=durations)
     missing_dump = [r for r in ev.world if r not in ev.hosts]

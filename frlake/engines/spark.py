@@ -32,12 +32,13 @@ import pyarrow as pa
 from frlake import schema
 from frlake.engines.transpile import referenced_tables, to_spark
 from frlake.errors import FrlakeError
-from frlake.lake import TABLES_DIR
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.query.reports import REPORTS
 from frlake.query.views import DERIVED as _ALL_DERIVED
 from frlake.query.views import DUCKDB_ONLY, with_timestamps
 from frlake.query.window import Window
+from frlake.storage.files import LakeFiles
+from frlake.storage.lake import TABLES_DIR
 
 # the derived views written in portable SQL (the others: docs/engines.md)
 DERIVED = {name: sql for name, sql in _ALL_DERIVED.items() if name not in DUCKDB_ONLY}
@@ -95,7 +96,7 @@ def lake_table(spark: SparkSession, fl: Frlake, name: str, root: str | None = No
     partitioned = name in schema.PARTITIONED
     fields = list(schema.TABLES[name]) + (schema.PARTITION_FIELDS if partitioned else [])
     # final names: Spark skips hidden ones, even listed by name
-    files = [f"{base}/{path}" for path in fl.catalog.table_files(final=True).get(name, ())]
+    files = [f"{base}/{path}" for path in LakeFiles(fl.catalog).table_files(final=True).get(name, ())]
     if not files:
         return spark.createDataFrame([], spark_schema(fields))
     # The partition columns' types come from this schema, their values from the folder names.
@@ -110,7 +111,7 @@ def utf8_job(column):
     """The job name as it was. Spark turns each %XX of a folder name into one
     character (U+0000-U+00FF), where DuckDB decodes the bytes as UTF-8: a job
     named "é" comes out of Spark as "Ã©". frlake escapes every character but
-    a few ASCII ones (``frlake.lake.partition_value``), so re-encoding those
+    a few ASCII ones (``frlake.storage.lake.partition_value``), so re-encoding those
     characters as ISO-8859-1 gives back the UTF-8 bytes exactly."""
     from pyspark.sql import functions as F
 

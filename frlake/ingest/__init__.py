@@ -8,7 +8,7 @@ from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, Layout, load
 # (identity options, the layout) starts without pyarrow and SQLAlchemy.
 _LAZY = {"Limits": "frlake.ingest.parse", "IngestOptions": "frlake.ingest.pipeline",
          "IngestSummary": "frlake.ingest.pipeline", "ingest": "frlake.ingest.pipeline",
-         "recover": "frlake.publish"}
+         "recover": "frlake.storage.publish"}
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """The ingest run: scan, skip what is unchanged, parse in workers, publish.
 
 Each chunk of files is published under the lake's write lock through
-frlake.publish (staged -> pending -> hidden name -> one catalog transaction
+frlake.storage.publish (staged -> pending -> hidden name -> one catalog transaction
 -> final name); a crash leaves pending rows that the next run's recovery
 removes before it starts, and then re-ingests those dumps.
 
@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from frlake.catalog.store import Catalog, FileRecord, FileState, LakeFileSpec
+from frlake.catalog.seen import FileRecord, FileState
+from frlake.catalog.store import Catalog
 from frlake.entities import Brief
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
@@ -47,8 +48,9 @@ from frlake.ingest.worker import (
     stacks_table,
     worker_ready,
 )
-from frlake.lake import Lake, new_part_name
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.storage.files import LakeFileSpec, mark_publishing
+from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.version import __version__
 
 MAX_REPORTED_REJECTS = 1000
@@ -68,7 +70,7 @@ class IngestOptions:
     archive: ArchiveLimits = ArchiveLimits(max_member_bytes=2 << 30, max_total_bytes=64 << 30)
     lock_timeout_s: float | None = 600.0  # how long a batch waits for another writer to release the lake
     retry_rejected: bool = False  # read every rejected file again, whatever it was rejected for
-    retire_grace_s: float = DEFAULT_GRACE_S  # retired files older than this are deleted (frlake.publish.sweep)
+    retire_grace_s: float = DEFAULT_GRACE_S  # retired files older than this are deleted (frlake.storage.publish.sweep)
     compact_min_files: int | None = 16  # the session compacts a touched partition with this many files (None: never)
 
 
@@ -126,17 +128,17 @@ def ingest(
         recover(lake, catalog)
         sweep(lake, catalog, options.retire_grace_s)
     opts = {k: v for k, v in asdict(options.identity).items() if v is not None}
-    summary.run_id = catalog.begin_run(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
+    summary.run_id = catalog.runs.begin(json.dumps([str(r) for r in roots]), json.dumps(opts, default=str))
     with lake.run_staging(summary.run_id) as run_lake:
         run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
         try:
             run.execute(roots, sources)
         except BaseException:
-            catalog.finish_run(summary.run_id, "failed", _counts(summary))
+            catalog.runs.finish(summary.run_id, "failed", _counts(summary))
             raise
-        catalog.finish_run(summary.run_id, "finished", _counts(summary))
+        catalog.runs.finish(summary.run_id, "finished", _counts(summary))
     summary.conflicts = [{"job": j, "attempt": a, "rank": r, "dumps": n}
-                         for j, a, r, n in catalog.rank_conflicts(run.touched)]
+                         for j, a, r, n in catalog.dumps.rank_conflicts(run.touched)]
     summary.touched = sorted(run.touched)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
@@ -292,7 +294,7 @@ class _Run:
         """Record files outside a batch (archives, killed workers), under the
         write lock like every record of a path (two runs never race on one)."""
         with self.lake.write_lock(self.options.lock_timeout_s):
-            self.catalog.commit_batch(self.summary.run_id, [], [], self._stamped(files))
+            self.catalog.dumps.commit(self.summary.run_id, [], self._stamped(files))
 
     def _stamped(self, files: list[FileRecord]) -> list[FileRecord]:
         """The records with how they were judged (options and frlake version)."""
@@ -328,7 +330,7 @@ class _Run:
 
     def _archive(self, archive: Source) -> Iterator[Source]:
         key = archive.key
-        if self._unchanged(archive, self.catalog.current_files([key]).get(key)):
+        if self._unchanged(archive, self.catalog.files.current([key]).get(key)):
             return
         status, reason, detail = "archive", None, None
         try:
@@ -359,7 +361,7 @@ class _Run:
         pending: list[Source] = []
 
         def flush() -> Iterator[Source]:
-            known = {} if self.options.force else self.catalog.current_files([s.key for s in pending])
+            known = {} if self.options.force else self.catalog.files.current([s.key for s in pending])
             for s in pending:
                 if self._unchanged(s, known.get(s.key)):
                     self._release([s])
@@ -422,7 +424,7 @@ class _Run:
         """Under the write lock: what other runs committed meanwhile is a
         duplicate; the rest is published and committed in one transaction."""
         self._drop_known(result)
-        new_stacks = self.catalog.new_stack_ids(result.stacks) if result.dumps else set()
+        new_stacks = self.catalog.dumps.new_stack_ids(result.stacks) if result.dumps else set()
         if new_stacks:
             table = stacks_table({k: result.stacks[k] for k in new_stacks})
             rel = self.lake.part_path("stacks", new_part_name(self.summary.run_id, result.batch), None, None)
@@ -432,8 +434,8 @@ class _Run:
                  for s in result.staged]
         records = self._stamped(result.files)
         publish(self.lake, self.catalog, self.summary.run_id, files,
-                lambda ids: self.catalog.commit_batch(self.summary.run_id, ids, result.dumps, records,
-                                                      sorted(new_stacks), sorted(result.touched)))
+                lambda ids: self.catalog.dumps.commit(self.summary.run_id, result.dumps, records, sorted(new_stacks),
+                                                      sorted(result.touched), also=lambda s: mark_publishing(s, ids)))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))
@@ -443,7 +445,7 @@ class _Run:
         duplicates: take them out. So are dumps whose raw bytes a forget
         deleted after the worker found them stored: those files are left
         unrecorded, and the next run reads them again."""
-        known = self.catalog.known_dumps([d.sha256 for d in result.dumps])
+        known = self.catalog.dumps.known([d.sha256 for d in result.dumps])
         dup = {(d.sha256, d.job, d.attempt) for d in result.dumps if (d.job, d.attempt) in known.get(d.sha256, {})}
         lost = {(d.sha256, d.job, d.attempt) for d in result.dumps
                 if (d.sha256, d.job, d.attempt) not in dup and not self.lake.raw_path(d.sha256).exists()}

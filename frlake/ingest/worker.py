@@ -23,13 +23,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from frlake import schema
-from frlake.catalog.store import CLAIMED_TWICE, Catalog, DumpRecord, FileRecord
+from frlake.catalog.dumps import DumpRecord
+from frlake.catalog.seen import CLAIMED_TWICE, FileRecord
+from frlake.catalog.store import Catalog
 from frlake.errors import DumpRejected, safe_text
 from frlake.ingest import livestacks
 from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_interval, name_time_ns
 from frlake.ingest.parse import Limits, ParsedDump, parse_bytes
 from frlake.ingest.sources import Source, read_regular_file
-from frlake.lake import Lake, compress_raw, new_part_name
+from frlake.storage.lake import Lake, compress_raw, new_part_name
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
     # a snapshot's key: its bytes and the time its name carries (a stuck rank's periodic dumps are
     # byte-identical, and each is a snapshot of its own)
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
-    known = _catalog(ctx).known_dumps([sha for _, data, sha in loaded if data is not None])
+    known = _catalog(ctx).dumps.known([sha for _, data, sha in loaded if data is not None])
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
     # Raw copies are compressed and written while the next dump is read, and the batch's Parquet files side
     # by side: zstd, Parquet and fsync let go of the GIL, so they take no time from the parsing.
@@ -380,7 +382,7 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
         _check_world(ident, parsed)
         key = dump_key(sha, data, parsed, ident)
         if key != sha:  # an entry-less dump is its bytes and its identity: its holders are looked up by that key
-            holders = _catalog(ctx).known_dumps([key]).get(key, {})
+            holders = _catalog(ctx).dumps.known([key]).get(key, {})
         if (ident.job, ident.attempt) in holders:
             return _Dump(ident, None, None, {}, key)
         dump_id = dump_id_of(key, ident.job, ident.attempt)
@@ -399,7 +401,7 @@ _converted_stacks: set[int] = set()  # the stacks this process has converted to 
 
 def holders_of(ctx: WorkerContext, key: str) -> dict[tuple[str, int], tuple[int, str]]:
     """The attempts that hold a dump's key already (the catalog's word)."""
-    return _catalog(ctx).known_dumps([key]).get(key, {})
+    return _catalog(ctx).dumps.known([key]).get(key, {})
 
 
 def snapshot_key(sha: str, path: str, data: bytes) -> str:

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 import duckdb
 
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake
 from frlake.query.sandbox import QueryLimits, QueryResult, Sandbox, lock_down
 from frlake.query.views import create_views
+from frlake.storage.lake import Lake
 
 
 def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None = None,

@@ -12,7 +12,8 @@ from frlake.values import Record
 if TYPE_CHECKING:
     import duckdb
 
-    from frlake.catalog.store import AttemptRow, Catalog
+    from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.store import Catalog
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -172,8 +173,8 @@ def job_history(con: duckdb.DuckDBPyConnection, catalog: Catalog, job: str) -> J
     """A job's attempts, oldest first, each with its verdict and root cause,
     and the hosts and ranks that came back: named (root cause or involved) in
     more than one attempt."""
-    _, rows = catalog.list_attempts(job=job, limit=100_000)
-    ended = {a.attempt: a.ended_ns for a in catalog.attempts(job)}
+    _, rows = catalog.attempts.page(job=job, limit=100_000)
+    ended = {a.attempt: a.ended_ns for a in catalog.attempts.info(job)}
     attempts = tuple(
         JobAttempt(**vars(AttemptSummary.of(a)), ended_ns=ended.get(a.attempt), ended_at=iso_ns(ended.get(a.attempt)))
         for a in sorted(rows, key=lambda r: r.attempt))
@@ -211,7 +212,7 @@ def host_history(con: duckdb.DuckDBPyConnection, catalog: Catalog, host: str,
     named = _culprits(con, "host", host)
     if summary is None and not named:
         return None
-    total, attempts = catalog.list_attempts(exact_host=host, limit=limit)
+    total, attempts = catalog.attempts.page(exact_host=host, limit=limit)
     culprit_of = tuple(Mention(*r, started_at=iso_ns(r[10])) for r in named)
     weeks: dict[str, dict[str, int]] = {}
     for a in attempts:

@@ -16,7 +16,7 @@ times, not the measured duration, so it is never taken for a slow link.
 
 Everything up to a host's share of each collective is per attempt, so it is
 computed once, when the attempt is diagnosed, from the entries the diagnosis
-read (:func:`summarise`, stored by frlake.summaries in the tables
+read (:func:`summarise`, stored by frlake.storage.summary_tables in the tables
 ``collective_durations`` and ``watchdog_lags``), and the report reads those
 rows, not the entries. A
 host's watchdog lag is the median of its per-attempt medians.
@@ -100,6 +100,15 @@ def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> d
         table = con.sql(sql.format(**names), params={"hosts": hosts or []}).to_arrow_table()
         out[name] = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
     return out
+
+
+def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> bool:
+    """Whether the connection's views hold summary rows of the attempt (files
+    are never written empty, so: whether it has summary files to retire)."""
+    from frlake.schema import SUMMARY_TABLES
+
+    return any(con.execute(f"SELECT 1 FROM {t} WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchall()
+               for t in SUMMARY_TABLES)
 
 
 # The report, over the summary tables of the window's attempts (1/group size of the timed entries): each

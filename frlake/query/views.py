@@ -9,9 +9,10 @@ import pyarrow as pa
 
 from frlake import schema
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
+from frlake.storage.files import LakeFiles
+from frlake.storage.lake import Lake
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).
@@ -170,7 +171,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         sources[name] = obj
         return name
 
-    committed = catalog.table_file_versions(partition)
+    committed = LakeFiles(catalog).table_file_versions(partition)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])

@@ -64,7 +64,7 @@ def host_arg() -> str | None:
 
 
 def list_attempts_args() -> dict:
-    """The jobs list's filters and page, as ``Catalog.list_attempts`` takes them."""
+    """The jobs list's filters and page, as ``catalog.attempts.page`` takes them."""
     since_ns, until_ns = window().bounds_ns()
     per_page = int_arg("per_page", config().page_size, 1, 500)
     page = int_arg("page", 1, 1)

@@ -1,5 +1,5 @@
 """The summary tables (``collective_durations``, ``watchdog_lags``) are written when an attempt is
-diagnosed (frlake.summaries): the upgrade marks every attempt's diagnosis due, so the next ingest (or
+diagnosed (frlake.storage.summary_tables): the upgrade marks every attempt's diagnosis due, so the next ingest (or
 ``frlake rediagnose``) writes them for attempts diagnosed by an older frlake. The downgrade forgets the
 summary files' records (an older frlake knows no such table; the files stay on disk, unread).
 

@@ -14,7 +14,7 @@ Parquet files are written under ``.staging``, renamed into ``tables`` under a
 hidden name (``.part-....parquet.pending``, which Spark, Hive, Trino and a
 ``*.parquet`` glob all skip) once the catalog has recorded the intent, and
 linked at their final name only after the catalog committed them
-(frlake.publish): an outside reader of ``tables/`` never sees a file that is
+(frlake.storage.publish): an outside reader of ``tables/`` never sees a file that is
 not committed.
 """
 

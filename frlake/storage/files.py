@@ -1,6 +1,8 @@
-"""The catalog's record of the lake's files: Parquet files from intent to
-publication (pending -> publishing -> committed), and the retired files a
-later run deletes once no reader can still use them (docs/lake.md)."""
+"""The lake's files as the catalog records them: Parquet files from intent to publication (pending ->
+publishing -> committed), and the retired files a later run deletes once no reader can still use them
+(docs/lake.md). :class:`LakeFiles` reads and changes these records, each call in a transaction of its own;
+:func:`mark_publishing`, :func:`retire` and :func:`switch` change them inside a transaction that a writer
+opens for more (an ingest's dumps, a diagnosis, a forget)."""
 
 from __future__ import annotations
 
@@ -9,27 +11,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy.orm import Session
 
+from frlake.catalog.db import chunks, utcnow
 from frlake.catalog.models import Dump, LakeFile, RetiredFile
-from frlake.lake import hidden_path
+from frlake.catalog.store import Catalog
+from frlake.storage.lake import hidden_path
 
-_CHUNK = 500
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next sweep deletes, whatever the grace
 VISIBLE = ("publishing", "committed")  # the statuses frlake's views read
-
-
-def chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def partition_order(row: tuple) -> tuple:
     """The order of (table, job, attempt, ...) rows: by table, job and attempt (``stacks``' None first)."""
     return row[0], row[1] or "", row[2] or 0
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -72,15 +67,18 @@ class Retired:
 
 
 class LakeFiles:
-    """Mixed into :class:`frlake.catalog.store.Catalog`, whose ``session``
-    (frlake.catalog.db.session_scope) these methods use."""
+    """The catalog's records of the lake's files: ``LakeFiles(catalog)`` reads and changes them through
+    that catalog's one ``session`` helper."""
+
+    def __init__(self, catalog: Catalog):
+        self.session = catalog.session
 
     # -- publication ----------------------------------------------------------
     def add_pending(self, run_id: int, specs: Sequence[LakeFileSpec]) -> list[int]:
         """Record Parquet files about to be moved into the lake (the intent)."""
         from frlake.schema import schema_version
 
-        now = _now()
+        now = utcnow()
         with self.session(write=True) as s:
             rows = [
                 LakeFile(table_name=f.table, path=f.path, job=f.job, attempt=f.attempt, rows=f.rows,
@@ -92,28 +90,22 @@ class LakeFiles:
             s.flush()
             return [r.id for r in rows]
 
-    def pending_lake_files(self) -> list[tuple[int, str, int]]:
+    def pending(self) -> list[tuple[int, str, int]]:
         """(id, path, run id) of every Parquet file recorded as being published."""
         with self.session() as s:
             return [tuple(r) for r in s.execute(
                 select(LakeFile.id, LakeFile.path, LakeFile.run_id).where(LakeFile.status == "pending"))]
 
-    def publishing_lake_files(self) -> list[tuple[int, str]]:
+    def publishing(self) -> list[tuple[int, str]]:
         """(id, path) of the committed files still at their hidden names."""
         with self.session() as s:
             return [tuple(r) for r in s.execute(
                 select(LakeFile.id, LakeFile.path).where(LakeFile.status == "publishing").order_by(LakeFile.id))]
 
-    def drop_lake_files(self, ids: Sequence[int]) -> None:
+    def drop(self, ids: Sequence[int]) -> None:
         with self.session(write=True) as s:
             for chunk in chunks(list(ids)):
                 s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
-
-    @staticmethod
-    def mark_publishing(s, ids: Sequence[int]) -> None:
-        """In a commit's transaction: the pending files become visible (at their hidden names)."""
-        for chunk in chunks(list(ids)):
-            s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="publishing"))
 
     def mark_revealed(self, revealed: Sequence[tuple[int, str, bool]]) -> None:
         """Files now linked at their final names: ``committed`` (``bool``:
@@ -124,24 +116,13 @@ class LakeFiles:
                 for chunk in chunks(ids):
                     s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="committed", hidden=left))
 
-    @staticmethod
-    def retire_lake_files(s, files: Sequence[CommittedFile], now: datetime) -> None:
-        """In a transaction: these files leave every view. Their final names
-        go at once (the writer's next sweep: outside readers stop seeing them
-        with the switch), their hidden names after the grace period (frlake
-        readers that opened views before may still read them)."""
-        if not files:
-            return
-        for chunk in chunks([f.id for f in files]):
-            s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
-        rows = [{"path": f.readable, "kind": "parquet", "sha256": None, "retired_at": now} for f in files]
-        rows += [{"path": f.path, "kind": "parquet", "sha256": None, "retired_at": _AT_ONCE}
-                 for f in files if f.hidden and f.status == "committed"]
-        s.execute(insert(RetiredFile), rows)
+    def replace(self, new_ids: Sequence[int], old: Sequence[CommittedFile]) -> None:
+        """One transaction: a compaction's merged files replace the ones they hold."""
+        with self.session(write=True) as s:
+            switch(s, new_ids, old)
 
     # -- reading --------------------------------------------------------------
-    def committed_files(self, table: str | None = None,
-                        partition: tuple[str, int] | None = None) -> list[CommittedFile]:
+    def committed(self, table: str | None = None, partition: tuple[str, int] | None = None) -> list[CommittedFile]:
         q = select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.job, LakeFile.attempt, LakeFile.rows,
                    LakeFile.bytes, LakeFile.status, LakeFile.hidden,
                    LakeFile.schema_version).where(LakeFile.status.in_(VISIBLE))
@@ -152,10 +133,10 @@ class LakeFiles:
         with self.session() as s:
             return [CommittedFile(*r) for r in s.execute(q.order_by(LakeFile.id))]
 
-    def lake_files(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
+    def paths(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
         """Where to read the committed Parquet files of one table (of one job
         and attempt, if ``partition`` is given), relative to the lake."""
-        return [f.readable for f in self.committed_files(table, partition)]
+        return [f.readable for f in self.committed(table, partition)]
 
     def table_files(self, partition: tuple[str, int] | None = None, *,
                     final: bool = False) -> dict[str, list[str]]:
@@ -241,3 +222,30 @@ class LakeFiles:
     def retired_count(self) -> int:
         with self.session() as s:
             return s.scalar(select(func.count(RetiredFile.id))) or 0
+
+
+def mark_publishing(s: Session, ids: Sequence[int]) -> None:
+    """In a commit's transaction: the pending files become visible (at their hidden names)."""
+    for chunk in chunks(list(ids)):
+        s.execute(update(LakeFile).where(LakeFile.id.in_(chunk)).values(status="publishing"))
+
+
+def retire(s: Session, files: Sequence[CommittedFile], now: datetime) -> None:
+    """In a transaction: these files leave every view. Their final names
+    go at once (the writer's next sweep: outside readers stop seeing them
+    with the switch), their hidden names after the grace period (frlake
+    readers that opened views before may still read them)."""
+    if not files:
+        return
+    for chunk in chunks([f.id for f in files]):
+        s.execute(delete(LakeFile).where(LakeFile.id.in_(chunk)))
+    rows = [{"path": f.readable, "kind": "parquet", "sha256": None, "retired_at": now} for f in files]
+    rows += [{"path": f.path, "kind": "parquet", "sha256": None, "retired_at": _AT_ONCE}
+             for f in files if f.hidden and f.status == "committed"]
+    s.execute(insert(RetiredFile), rows)
+
+
+def switch(s: Session, new_ids: Sequence[int], old: Sequence[CommittedFile], now: datetime | None = None) -> None:
+    """In a transaction: the new files become visible and the old ones are retired, together."""
+    mark_publishing(s, new_ids)
+    retire(s, old, now or utcnow())

@@ -1,6 +1,6 @@
 """Forget dumps: by job, attempt, source path or age (retention).
 
-Under the lake's write lock, in one catalog transaction (frlake.publish):
+Under the lake's write lock, in one catalog transaction (frlake.storage.publish):
 the attempts that lose every dump lose their files, diagnoses and records;
 an attempt that keeps some dumps gets its files rewritten without the others
 (its summary files are retired, not rewritten) and its diagnosis becomes
@@ -20,14 +20,14 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 
-from frlake.catalog.lakefiles import CommittedFile
-from frlake.catalog.lifecycle import ForgetPlan, ForgetSelector
 from frlake.catalog.store import Catalog
 from frlake.errors import FrlakeError
-from frlake.lake import Lake
-from frlake.lifecycle.rewrite import rewrite, without_dumps
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES
+from frlake.storage.files import CommittedFile, LakeFiles
+from frlake.storage.forget_plan import ForgetPlan, ForgetSelector, commit_forget, forget_plan
+from frlake.storage.lake import Lake
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
+from frlake.storage.rewrite import rewrite, without_dumps
 
 log = logging.getLogger("frlake.forget")
 
@@ -67,20 +67,20 @@ def forget(catalog: Catalog, lake: Lake, selector: ForgetSelector,
     summary = ForgetSummary(dry_run=options.dry_run)
     with lake.write_lock(options.lock_timeout_s):
         recover(lake, catalog)
-        plan = catalog.forget_plan(selector)
+        plan = forget_plan(catalog, selector)
         summary.dumps = len(plan.dumps)
         summary.bytes = sum(d.size_bytes for d in plan.dumps)
         summary.attempts_removed = sorted(plan.whole)
         summary.attempts_changed = sorted(plan.partial)
         if not options.dry_run and plan.dumps:
-            summary.run_id = catalog.begin_run(json.dumps([]), json.dumps(_describe(selector)), kind="forget")
+            summary.run_id = catalog.runs.begin(json.dumps([]), json.dumps(_describe(selector)), kind="forget")
             try:
                 with lake.run_staging(summary.run_id) as run_lake:
                     _apply(run_lake, catalog, summary, plan)
             except BaseException:
-                catalog.finish_run(summary.run_id, "failed", {})
+                catalog.runs.finish(summary.run_id, "failed", {})
                 raise
-            catalog.finish_run(summary.run_id, "finished", {})
+            catalog.runs.finish(summary.run_id, "finished", {})
         if not options.dry_run:
             summary.deleted = sweep(lake, catalog, options.retire_grace_s)
     summary.seconds = round(time.perf_counter() - started, 3)
@@ -90,13 +90,14 @@ def forget(catalog: Catalog, lake: Lake, selector: ForgetSelector,
 
 
 def _apply(lake: Lake, catalog: Catalog, summary: ForgetSummary, plan: ForgetPlan) -> None:
+    records = LakeFiles(catalog)
     retire: list[CommittedFile] = []
     staged: list[Staged] = []
     for key in plan.whole:
-        retire += catalog.committed_files(partition=key)
+        retire += records.committed(partition=key)
     for n, (key, dump_ids) in enumerate(sorted(plan.partial.items()), start=1):
         by_table: dict[str, list[CommittedFile]] = {}
-        for f in catalog.committed_files(partition=key):
+        for f in records.committed(partition=key):
             by_table.setdefault(f.table, []).append(f)
         for table, files in sorted(by_table.items()):
             # a summary table is not rewritten but retired: the attempt's new diagnosis writes it again
@@ -108,7 +109,7 @@ def _apply(lake: Lake, catalog: Catalog, summary: ForgetSummary, plan: ForgetPla
     summary.files_rewritten, summary.files_retired = len(staged), len(retire)
     try:
         publish(lake, catalog, summary.run_id, staged,
-                lambda ids: catalog.commit_forget(summary.run_id, ids, plan, retire))
+                lambda ids: commit_forget(catalog, summary.run_id, ids, plan, retire))
     finally:
         for s in staged:
             s.staged.unlink(missing_ok=True)

@@ -8,7 +8,7 @@ written in the table's current schema (frlake.schema: the columns a newer
 frlake added are NULL in older files' rows, but for the entries' signatures,
 made from their lists). A partition with files of an older schema version
 has them rewritten in the current one, whatever their number and size.
-Each partition switches in one catalog transaction (frlake.publish); the
+Each partition switches in one catalog transaction (frlake.storage.publish); the
 replaced files are retired and deleted once the grace period is over.
 """
 
@@ -21,12 +21,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
-from frlake.catalog.lakefiles import CommittedFile, partition_order
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake
-from frlake.lifecycle.rewrite import rewrite
-from frlake.publish import DEFAULT_GRACE_S, publish, recover, sweep
 from frlake.schema import schema_version
+from frlake.storage.files import CommittedFile, LakeFiles, partition_order
+from frlake.storage.lake import Lake
+from frlake.storage.publish import DEFAULT_GRACE_S, publish, recover, sweep
+from frlake.storage.rewrite import rewrite
 
 log = logging.getLogger("frlake.compact")
 
@@ -72,10 +72,11 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
     wanted = None if partitions is None else sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))
     with lake.write_lock(options.lock_timeout_s):
         recover(lake, catalog)
+        records = LakeFiles(catalog)
         plans = []
-        crowded = {(t, j, a) for t, j, a, _ in catalog.partition_file_counts(wanted, options.min_files)}
-        for table, job, attempt in sorted(crowded | set(catalog.old_schema_partitions(wanted)), key=partition_order):
-            files = [f for f in catalog.committed_files(table, None if job is None else (job, attempt))
+        crowded = {(t, j, a) for t, j, a, _ in records.partition_file_counts(wanted, options.min_files)}
+        for table, job, attempt in sorted(crowded | set(records.old_schema_partitions(wanted)), key=partition_order):
+            files = [f for f in records.committed(table, None if job is None else (job, attempt))
                      if (f.job, f.attempt) == (job, attempt)]
             small = [f for f in files if f.bytes < options.target_bytes]
             merge = len(small) >= options.min_files
@@ -92,7 +93,7 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
             summary.bytes_before += sum(f.bytes for g in groups for f in g)
             summary.merged.append({"table": table, "job": job, "attempt": attempt, "files": n})
         if not options.dry_run and plans:
-            summary.run_id = catalog.begin_run(json.dumps([]), json.dumps(asdict(options)), kind="compact")
+            summary.run_id = catalog.runs.begin(json.dumps([]), json.dumps(asdict(options)), kind="compact")
             try:
                 with lake.run_staging(summary.run_id) as run_lake:
                     for batch, (table, _, _, groups) in enumerate(plans, start=1):
@@ -100,9 +101,9 @@ def compact(catalog: Catalog, lake: Lake, partitions: Iterable[tuple[str | None,
                         # the replaced files' final names go now: an outside reader sees one or the other
                         summary.deleted += sweep(lake, catalog, options.retire_grace_s)
             except BaseException:
-                catalog.finish_run(summary.run_id, "failed", {})
+                catalog.runs.finish(summary.run_id, "failed", {})
                 raise
-            catalog.finish_run(summary.run_id, "finished", {})
+            catalog.runs.finish(summary.run_id, "finished", {})
         if not options.dry_run:
             summary.deleted += sweep(lake, catalog, options.retire_grace_s)
     summary.seconds = round(time.perf_counter() - started, 3)
@@ -147,7 +148,7 @@ def _merge(lake: Lake, catalog: Catalog, summary: CompactSummary, batch: int, ta
         staged = [f.result() for f in written if f.exception() is None and f.result() is not None]
         for f in written:
             f.result()  # the first failure, once each staged file is known (and removed below)
-        publish(lake, catalog, summary.run_id, staged, lambda ids: catalog.commit_replace(ids, old))
+        publish(lake, catalog, summary.run_id, staged, lambda ids: LakeFiles(catalog).replace(ids, old))
     finally:
         for s in staged:
             s.staged.unlink(missing_ok=True)

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from frlake.catalog.lakefiles import LakeFileSpec
 from frlake.catalog.store import Catalog
-from frlake.lake import Lake, hidden_path
+from frlake.storage.files import LakeFiles, LakeFileSpec
+from frlake.storage.lake import Lake, hidden_path
 
 log = logging.getLogger("frlake.publish")
 
@@ -53,9 +53,10 @@ class Staged:
 def publish(lake: Lake, catalog: Catalog, run_id: int, files: Sequence[Staged],
             commit: Callable[[list[int]], None]) -> None:
     """Publish staged files; ``commit(ids)`` runs the one transaction that
-    makes them visible (it calls ``Catalog.mark_publishing(s, ids)`` with
-    its own changes). Only under the write lock."""
-    ids = catalog.add_pending(run_id, [f.spec for f in files]) if files else []
+    makes them visible (it runs :func:`frlake.storage.files.mark_publishing`
+    on ``ids`` with its own changes). Only under the write lock."""
+    records = LakeFiles(catalog)
+    ids = records.add_pending(run_id, [f.spec for f in files]) if files else []
     try:
         for f in files:
             lake.publish(f.staged, f.spec.path)
@@ -63,7 +64,7 @@ def publish(lake: Lake, catalog: Catalog, run_id: int, files: Sequence[Staged],
     except BaseException:
         for f in files:
             lake.remove(hidden_path(f.spec.path))
-        catalog.drop_lake_files(ids)
+        records.drop(ids)
         raise
     reveal(lake, catalog, list(zip(ids, (f.spec.path for f in files), strict=True)))
 
@@ -71,7 +72,7 @@ def publish(lake: Lake, catalog: Catalog, run_id: int, files: Sequence[Staged],
 def reveal(lake: Lake, catalog: Catalog, files: Sequence[tuple[int, str]]) -> None:
     """Link committed files at their final names, then mark them committed."""
     if files:
-        catalog.mark_revealed([(i, path, lake.reveal(path)) for i, path in files])
+        LakeFiles(catalog).mark_revealed([(i, path, lake.reveal(path)) for i, path in files])
 
 
 def recover(lake: Lake, catalog: Catalog) -> int:
@@ -80,16 +81,17 @@ def recover(lake: Lake, catalog: Catalog) -> int:
     files get their final names), clear dead runs' staging folders, and
     index the stacks of a lake made before the catalog kept a stack index.
     Live runs are left alone. Returns the number of publications undone."""
-    dead = [(i, path) for i, path, run_id in catalog.pending_lake_files() if not lake.run_alive(run_id)]
+    records = LakeFiles(catalog)
+    dead = [(i, path) for i, path, run_id in records.pending() if not lake.run_alive(run_id)]
     for _, path in dead:
         lake.remove(hidden_path(path))
         lake.remove(path)  # a lake written by a frlake that renamed pending files to their final names
-    catalog.drop_lake_files([i for i, _ in dead])
-    reveal(lake, catalog, catalog.publishing_lake_files())
+    records.drop([i for i, _ in dead])
+    reveal(lake, catalog, records.publishing())
     lake.clear_dead_staging()
-    stack_files = catalog.lake_files("stacks")
-    if stack_files and catalog.stack_index_is_empty():
-        catalog.index_stacks(chain.from_iterable(
+    stack_files = records.paths("stacks")
+    if stack_files and catalog.dumps.stack_index_is_empty():
+        catalog.dumps.index_stacks(chain.from_iterable(
             pq.read_table(lake.root / f, columns=["stack_id"]).column(0).to_pylist() for f in stack_files))
     return len(dead)
 
@@ -99,16 +101,17 @@ def sweep(lake: Lake, catalog: Catalog, grace_s: float = DEFAULT_GRACE_S) -> int
     period. Raw bytes that a dump refers to again (re-ingested since) stay.
     Returns how many files were deleted."""
     before = datetime.now(UTC) - timedelta(seconds=max(0.0, grace_s))
+    records = LakeFiles(catalog)
     deleted = 0
     while True:
-        expired = catalog.expired_retired(before)
+        expired = records.expired_retired(before)
         if not expired:
             return deleted
-        wanted = catalog.referenced_shas([r.sha256 for r in expired if r.kind == "raw" and r.sha256])
+        wanted = records.referenced_shas([r.sha256 for r in expired if r.kind == "raw" and r.sha256])
         for r in expired:
             if r.kind == "raw" and r.sha256 in wanted:
                 continue
             lake.remove(r.path)
             deleted += 1
-        catalog.drop_retired([r.id for r in expired])
+        records.drop_retired([r.id for r in expired])
         log.debug("deleted %d retired files", deleted)

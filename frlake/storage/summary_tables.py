@@ -3,10 +3,12 @@ report needs of one attempt's entries, computed once, when the session
 diagnoses the attempt, instead of on every report (docs/lake.md, "Summary
 tables").
 
-A :class:`SummaryWriter` stores a diagnosis together with the attempt's
-summary rows. Under the lake's write lock the new files are published under
-hidden names (frlake.publish), and one catalog transaction stores the
-diagnosis, makes the new files visible and retires the attempt's old ones.
+The session computes an attempt's :class:`AttemptSummary` on the connection
+it diagnosed the attempt on (frlake.query.links), and a :class:`SummaryWriter`
+stores the diagnosis together with those rows. Under the lake's write lock
+the new files are published under hidden names (frlake.storage.publish), and
+one catalog transaction stores the diagnosis, makes the new files visible
+and retires the attempt's old ones.
 So an attempt's summaries are always those of its stored diagnosis: a
 diagnosis made from an older revision than the stored one stores neither; a
 crash before the transaction leaves pending files, which the next writer
@@ -20,19 +22,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
 from frlake.catalog.store import Catalog
 from frlake.entities import Diagnosis
-from frlake.lake import Lake, new_part_name
-from frlake.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.schema import SUMMARY_TABLES
-
-if TYPE_CHECKING:
-    import duckdb
+from frlake.storage.files import CommittedFile, LakeFiles, LakeFileSpec, switch
+from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 
 
 @dataclass(frozen=True)
@@ -43,15 +41,6 @@ class AttemptSummary:
 
     tables: Mapping[str, pa.Table]
     had_rows: bool
-
-
-def summarise(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> AttemptSummary:
-    """The summary of one attempt from the connection on which it was just diagnosed."""
-    from frlake.query.links import summarise as rows
-
-    had = any(con.execute(f"SELECT 1 FROM {t} WHERE job = ? AND attempt = ? LIMIT 1", [job, attempt]).fetchall()
-              for t in SUMMARY_TABLES)
-    return AttemptSummary(rows(con), had)
 
 
 class _Superseded(Exception):
@@ -81,7 +70,7 @@ class SummaryWriter:
         try:
             self._staging.__exit__(exc_type, exc, tb)
         finally:
-            self.catalog.finish_run(self.run_id, "failed" if exc_type else "finished", {})
+            self.catalog.runs.finish(self.run_id, "failed" if exc_type else "finished", {})
 
     def store(self, diag: Diagnosis, revision: int, summary: AttemptSummary | None) -> bool:
         """Store ``diag`` (made from the attempt at ``revision``) and make
@@ -90,7 +79,7 @@ class SummaryWriter:
         they are of this revision). False: the catalog holds a newer
         diagnosis, or the attempt is gone, and nothing was stored."""
         if summary is None:
-            return self.catalog.save_diagnosis(diag, revision)
+            return self.catalog.diagnoses.save(diag, revision)
         key = (diag.job, diag.attempt)
         rows = {name: t for name, t in summary.tables.items() if t.num_rows}
         if not rows and not summary.had_rows:
@@ -98,7 +87,7 @@ class SummaryWriter:
             # summary another process committed since these views were made is of a newer revision (then the
             # catalog keeps its diagnosis and refuses this one) or of this one or an older, which had no
             # rows either: a revision only adds dumps, and a forget retires the summary itself.
-            return self.catalog.save_diagnosis(diag, revision)
+            return self.catalog.diagnoses.save(diag, revision)
         run_lake = self._run()
         staged = []
         try:
@@ -114,7 +103,7 @@ class SummaryWriter:
                 old = self._committed(key)  # under the lock: no other writer replaces them meanwhile
 
                 def commit(ids: list[int]) -> None:
-                    if not self.catalog.save_diagnosis(diag, revision, files=(ids, old)):
+                    if not self.catalog.diagnoses.save(diag, revision, also=lambda s: switch(s, ids, old)):
                         raise _Superseded
 
                 try:
@@ -128,16 +117,17 @@ class SummaryWriter:
                 s.staged.unlink(missing_ok=True)
 
     def _committed(self, key: tuple[str, int]) -> list[CommittedFile]:
-        return [f for table in SUMMARY_TABLES for f in self.catalog.committed_files(table, key)]
+        records = LakeFiles(self.catalog)
+        return [f for table in SUMMARY_TABLES for f in records.committed(table, key)]
 
     def _run(self) -> Lake:
         if self._run_lake is None:
-            self.run_id = self.catalog.begin_run(json.dumps([]), json.dumps({}), kind="diagnose")
+            self.run_id = self.catalog.runs.begin(json.dumps([]), json.dumps({}), kind="diagnose")
             self._staging = self.lake.run_staging(self.run_id)
             try:
                 self._run_lake = self._staging.__enter__()
             except BaseException:
-                self.catalog.finish_run(self.run_id, "failed", {})
+                self.catalog.runs.finish(self.run_id, "failed", {})
                 self.run_id = None
                 raise
         return self._run_lake

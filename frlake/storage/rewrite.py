@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from frlake import schema
-from frlake.catalog.lakefiles import CommittedFile, LakeFileSpec
-from frlake.lake import ROW_GROUP_BYTES, Lake, new_part_name
-from frlake.publish import Staged
 from frlake.signatures import signatures
+from frlake.storage.files import CommittedFile, LakeFileSpec
+from frlake.storage.lake import ROW_GROUP_BYTES, Lake, new_part_name
+from frlake.storage.publish import Staged
 
 RowFilter = Callable[[pa.RecordBatch], pa.RecordBatch]
 

@@ -1,0 +1,119 @@
+"""The stored diagnoses: one per attempt, made from what the attempt held at a revision, with its culprits
+and the notable ranks' lateness; which attempts' diagnoses are due; a user's mark that an attempt is
+complete."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import delete, select, true, tuple_, update
+from sqlalchemy.orm import Session
+
+from frlake.catalog.db import Store, chunks, utcnow
+from frlake.catalog.models import Attempt, CulpritRow, IncidentRow, Job, RankStat, SourceFile
+from frlake.catalog.seen import CLAIMED_TWICE
+from frlake.entities import Diagnosis, stack_signature, stall_signature, top_frame
+
+
+class Diagnoses(Store):
+    """``catalog.diagnoses``."""
+
+    def save(self, diag: Diagnosis, revision: int = 0, also: Callable[[Session], None] | None = None) -> bool:
+        """Store (or replace) the diagnosis of one attempt, made from what the
+        attempt held at ``revision``: the report, its culprits (with their
+        stack signatures) and the notable ranks' lateness. ``also``: the
+        storage wing's switch of lake files (the attempt's summary tables,
+        frlake.storage.summary_tables), in the same transaction. Returns False,
+        storing nothing, when the attempt is gone or holds a diagnosis made
+        from a newer revision."""
+        now = utcnow()
+        with self.session(write=True) as s:
+            # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
+            # that diagnose the same attempt store one after the other, and an older view never
+            # replaces a newer one.
+            found = s.execute(
+                select(Attempt.id, IncidentRow.attempt_revision, Attempt.revision, Attempt.diagnosis_due)
+                .join(Job, Job.id == Attempt.job_id)
+                .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+                .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
+            ).first()
+            if found is None:
+                return False  # forgotten meanwhile
+            attempt_id, stored, current, due = found
+            if stored is not None and stored > revision:
+                return False
+            if also is not None:
+                also(s)
+            if due != (revision < (current or 0)):
+                s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
+            old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
+            s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
+            s.execute(delete(RankStat).where(RankStat.incident_id == old))
+            s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
+            s.flush()
+            incident = IncidentRow(
+                attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary,
+                world_size=diag.world_size, n_dumps=len(diag.ranks_dumped),
+                algorithm_version=diag.algorithm_version, diagnosed_at=now,
+                report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision,
+            )
+            s.add(incident)
+            s.flush()
+            s.add_all(
+                CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
+                           role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
+                           stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
+                           top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
+                for i, c in enumerate(diag.culprits)
+            )
+            s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
+        return True
+
+    def get(self, job: str, attempt: int) -> Diagnosis | None:
+        """The stored diagnosis of an attempt (None if it has none)."""
+        with self.session() as s:
+            report = s.scalar(
+                select(IncidentRow.report).join(Attempt, Attempt.id == IncidentRow.attempt_id)
+                .join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt)
+            )
+        return Diagnosis.from_dict(json.loads(report)) if report else None
+
+    def state(self, job: str, attempt: int) -> tuple[int, bool, bool] | None:
+        """The attempt's revision, whether its diagnosis is due, and whether
+        a file holds a copy of one of its dumps in another place (see
+        ``catalog.dumps.claimed_twice``); None if the lake has no such attempt.
+        Not due: the stored diagnosis, and the summary tables stored with it,
+        are of this revision."""
+        copies = select(SourceFile.id).where(
+            SourceFile.job == job, SourceFile.attempt == attempt, SourceFile.reason == CLAIMED_TWICE).exists()
+        with self.session() as s:
+            row = s.execute(
+                select(Attempt.revision, Attempt.diagnosis_due, copies).join(Job, Job.id == Attempt.job_id)
+                .where(Job.name == job, Attempt.number == attempt)
+            ).first()
+        return None if row is None else (row[0] or 0, bool(row[1]), bool(row[2]))
+
+    def pending(self) -> list[tuple[str, int]]:
+        """Attempts whose stored diagnosis is missing or older than their dumps."""
+        q = (
+            select(Job.name, Attempt.number)
+            .join(Attempt, Attempt.job_id == Job.id)
+            .where(Attempt.diagnosis_due.is_(true()))  # an index: the pending ones only, however big the lake
+            .order_by(Job.name, Attempt.number)
+        )
+        with self.session() as s:
+            return [tuple(r) for r in s.execute(q)]
+
+    def marked_complete(self, attempts: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which of these attempts a user said are complete (no more dumps
+        will come): the mark is kept in their stored diagnosis
+        (``Diagnosis.complete``). One statement per 500 attempts, and none for
+        none: a few pending attempts never read every stored report."""
+        q = (select(Job.name, Attempt.number, IncidentRow.report)
+             .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+             .where(IncidentRow.report.contains('"complete": true', autoescape=True)))
+        with self.session() as s:
+            rows = [r for chunk in chunks(sorted(set(attempts)), 500)
+                    for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
+        return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
