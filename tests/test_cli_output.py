@@ -318,6 +318,7 @@ def test_a_hang_report_says_whose_stack_it_shows_and_folds_torch(corpus_lake, co
     assert "distributed_c10d" not in result.output
 
 
+@pytest.mark.slow
 def test_an_ingest_of_many_attempts_counts_the_verdicts_and_lists_every_fault(tmp_path, corpus):
     """30 attempts: the counts by verdict, then all 15 with a fault (none of the healthy), none hidden."""
     result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), "ingest", str(corpus)], env={"COLUMNS": "80"})

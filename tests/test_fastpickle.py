@@ -85,6 +85,7 @@ def _same(data: bytes, limits: Limits = Limits()):
     return fast
 
 
+@pytest.mark.slow
 @needs_fast
 def test_every_dump_of_the_tests_reads_the_same_and_real_pickles_read_natively():
     paths: dict[str, int] = {}

@@ -135,6 +135,7 @@ print(json.dumps(summary.to_dict()))
 """
 
 
+@pytest.mark.slow
 def test_a_symlink_to_dev_zero_is_refused_before_reading(tmp_path, corpus):
     tree = good_tree(tmp_path / "nfs", corpus)
     (tree / JOB / "attempt-0/gpu-b03/rank_9").symlink_to("/dev/zero")

@@ -106,6 +106,7 @@ def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus):
         assert fl.catalog.files.records(status="rejected") == []
 
 
+@pytest.mark.slow
 def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus, views):
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715", tree / "job-223715")

@@ -35,6 +35,7 @@ def _copy_attempt(corpus: Path, dst: Path, job: str, attempt: int) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     # diagnose=False leaves the catalog exactly as a kill -9 between the commit and the diagnosis does
     summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], lake, IngestOptions(diagnose=False))
@@ -175,6 +176,7 @@ def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_pat
     assert len(set(answers.values())) == 1, "the same dumps give the same diagnosis whatever the order of ingest"
 
 
+@pytest.mark.slow
 def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
     """While one ingest runs (between its batches), another one commits."""
     other = Settings.resolve(lake.lake, lake.db_url)
@@ -190,6 +192,7 @@ def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
         assert {j for j, _ in fl.catalog.attempts.keys()} == {"job-223715", "job-e211c0"}
 
 
+@pytest.mark.slow
 def test_a_busy_lake_makes_ingest_wait_then_fail_clearly(lake, corpus):
     Lake(lake.lake).create()
     with Lake(lake.lake).write_lock():
@@ -215,6 +218,7 @@ def test_a_dead_runs_leftovers_are_removed_and_a_live_runs_kept(lake, corpus):
     assert not (root.root / ".staging" / "run-1000").exists()
 
 
+@pytest.mark.slow
 def test_a_lake_made_again_at_the_same_path_in_one_process_gets_every_dump(tmp_path, corpus):
     """One process, two ingests with one worker (in-process), the lake deleted and made again at the same
     path between them (same catalog URL, a new catalog file, run 1 again): the second run reads its own

@@ -150,6 +150,7 @@ def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, co
         assert got[table] == want[table], table
 
 
+@pytest.mark.slow
 def test_forget_by_age(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
     ingest([tree], settings)
@@ -265,6 +266,7 @@ def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wr
     assert set(counts.values()) == {2} and {a for _, a in counts} == {0, 1, 2}, counts
 
 
+@pytest.mark.slow
 def test_compact_command(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
     ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))

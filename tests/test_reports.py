@@ -84,6 +84,7 @@ def test_report_cli_formats(corpus_lake):
     assert bad.exit_code != 0
 
 
+@pytest.mark.slow
 def test_a_stall_whose_user_code_moved_by_a_line_is_one_hangs_group(tmp_path, corpus):
     """Two copies of a hang; in the second the user frames' lines moved (an
     edit above the call): one group by the stall signature, two exact ones."""

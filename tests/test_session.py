@@ -32,6 +32,7 @@ class _Statements:
         event.remove(Engine, "before_cursor_execute", self)
 
 
+@pytest.mark.slow
 def test_rediagnosing_the_corpus_opens_one_catalog_engine(corpus_lake):
     with _Statements() as seen, Frlake(corpus_lake) as fl:
         redone = fl.rediagnose()

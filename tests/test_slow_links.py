@@ -213,6 +213,7 @@ def test_a_rank_dumped_twice_counts_once_in_the_summary(tmp_path):
     assert lags["h2"] == lags["h1"] == 2 * 12 * 2  # 2 ranks x 12 steps x (world + dp group)
 
 
+@pytest.mark.slow
 def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_them_again(timed, tmp_path):
     """`frlake diagnose` of an attempt whose diagnosis is not due stores the diagnosis and keeps the summary
     files (they are of the revision it is still at); `frlake rediagnose` writes them again, equal."""

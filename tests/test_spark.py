@@ -299,6 +299,7 @@ def test_spark_finds_the_slow_link_with_duckdbs_rows(spark, slow_link_lake):
     assert [r["host"] for r in rows if r["verdict"] == "slow_link"] == ["h3"]
 
 
+@pytest.mark.slow
 def test_spark_reads_entries_files_from_before_the_signatures_with_null_signatures(spark, tmp_path, corpus):
     """A lake with entries files of schema 1 (no signature columns): Spark, given frlake's schema, reads their
     rows with the signatures NULL, as DuckDB's views do."""
