@@ -239,9 +239,16 @@ class Frlake:
         """Ingest files, folders and archives (and ``sources`` that carry their
         bytes or live elsewhere, such as uploads), then diagnose every attempt
         whose diagnosis is pending: the ones this run touched, and any that an
-        interrupted run committed but never diagnosed."""
-        from frlake.ingest.pipeline import IngestOptions, ingest
+        interrupted run committed but never diagnosed.
 
+        ``progress`` is called with a :class:`~frlake.ingest.pipeline.Step` as each phase goes (scanning,
+        reading, compacting, diagnosing); the summary's ``seconds`` is the whole run and ``phases`` each
+        phase's."""
+        import time
+
+        from frlake.ingest.pipeline import IngestOptions, Step, ingest
+
+        started = time.perf_counter()
         options = options or IngestOptions()
         if options.workers > 1 or options.isolate:
             from frlake.ingest.pool import pool_context
@@ -254,13 +261,21 @@ class Frlake:
         if options.compact_min_files and summary.touched:
             from frlake.storage.compact import CompactOptions
 
+            phase = time.perf_counter()
+            if progress:
+                progress(Step("compacting", 0, len(summary.touched) + 1))
             # Only the attempts this run touched, and the stacks: the cost does not grow with the lake.
             done = self.compact([*summary.touched, (None, None)], CompactOptions(
                 min_files=options.compact_min_files, lock_timeout_s=options.lock_timeout_s,
                 retire_grace_s=options.retire_grace_s))
             summary.compacted = done.files_before
+            summary.phases["compacting"] = round(time.perf_counter() - phase, 3)
         if options.diagnose:
-            summary.diagnosed = [Brief.of(d) for d in self.diagnose_pending()]
+            phase = time.perf_counter()
+            told = (lambda i, n: progress(Step("diagnosing", i, n))) if progress else None
+            summary.diagnosed = [Brief.of(d) for d in self._diagnose_all(self.catalog.diagnoses.pending(), told)]
+            summary.phases["diagnosing"] = round(time.perf_counter() - phase, 3)
+        summary.seconds = round(time.perf_counter() - started, 3)
         return summary
 
     # -- lifecycle ---------------------------------------------------------------
@@ -369,7 +384,8 @@ class Frlake:
         self._attempt_number(job, attempt)
         return self.catalog.diagnoses.get(job, attempt) or self._analyse(job, attempt, None)[0]
 
-    def _diagnose_all(self, keys: Iterable[tuple[str, int]]) -> list[Diagnosis]:
+    def _diagnose_all(self, keys: Iterable[tuple[str, int]], progress=None) -> list[Diagnosis]:
+        """Diagnose and store these attempts; ``progress(done, total)`` after each."""
         out = []
         keys = list(keys)
         if not keys:
@@ -377,10 +393,14 @@ class Frlake:
         # one read for these attempts (a user's mark is never lost), none when nothing is pending
         complete = self.catalog.diagnoses.marked_complete(keys)
         with self._summary_writer() as writer:
-            for job, attempt in keys:
+            for i, (job, attempt) in enumerate(keys, 1):
+                if progress:
+                    progress(i - 1, len(keys))
                 diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete, resummarise=True)
                 log.info("%s", diag.summary)
                 out.append(diag)
+        if progress:
+            progress(len(keys), len(keys))
         return out
 
     def _summary_writer(self):

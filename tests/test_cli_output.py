@@ -222,9 +222,10 @@ def test_ingest_lists_the_attempts_it_diagnosed_with_their_root_causes(tmp_path)
                            env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines_fit(result.output)
-    first, counts, listed = result.output.splitlines()[:3]
+    first, phases, counts, listed = result.output.splitlines()[:4]
     assert first.startswith("ingested 32 dumps (445 entries) in ") and counts.strip() == (
         "already present 0, unchanged 0, rejected 0")
+    assert phases.strip().startswith("scanning ") and ", diagnosing " in phases  # the whole run, phase by phase
     assert listed.startswith("diagnosed 5 attempts: ") and "1 healthy" in listed, listed
     rows = {tuple(c.strip() for c in line.strip("│").split("│")) for line in result.output.splitlines()
             if line.startswith("│ job-")}

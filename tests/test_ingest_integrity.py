@@ -182,8 +182,8 @@ def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
     other = Settings.resolve(lake.lake, lake.db_url)
     inner: list = []
 
-    def progress(files: int, _bytes: int) -> None:
-        if not inner:
+    def progress(step) -> None:
+        if step.phase == "reading" and step.done and not inner:  # between two batches
             inner.append(ingest([corpus / "job-e211c0"], other, IngestOptions(lock_timeout_s=5)))
 
     ingest([corpus / "job-223715"], lake, IngestOptions(chunk_files=1), progress)

@@ -150,3 +150,29 @@ def test_diagnose_shows_the_current_stored_diagnosis_and_fresh_computes_it_again
         assert fl.catalog.diagnoses.state(job, 0)[1], "the attempt's dumps changed: its diagnosis is due"
         assert fl.current_diagnosis(job, 0) is None
     assert cli()["summary"] != "altered"
+
+
+def test_ingest_progress_has_a_total_and_names_each_phase(tmp_path, corpus):
+    """The files are counted before they are read, so progress has a total from the start; each phase is
+    named, and the summary's time is the whole run's (reading, compacting and diagnosing) with each phase's."""
+    import shutil
+
+    from frlake.config import Settings
+    from frlake.ingest import IngestOptions
+
+    tree = tmp_path / "nfs"
+    for job in ("job-223715", "job-f70c5d"):
+        shutil.copytree(corpus / job, tree / job)
+    files = sum(1 for p in tree.rglob("*") if p.is_file())
+    steps = []
+    with Frlake(Settings.resolve(tmp_path / "lake")) as fl:
+        summary = fl.ingest([tree], IngestOptions(workers=1, chunk_files=4), steps.append)
+    reading = [s for s in steps if s.phase == "reading"]
+    assert reading and all(s.total == files for s in reading) and reading[-1].done == files
+    assert [s.done for s in reading] == sorted(s.done for s in reading)
+    diagnosing = [s for s in steps if s.phase == "diagnosing"]
+    assert diagnosing[-1].done == diagnosing[-1].total == len(summary.diagnosed) == 4
+    phases = list(dict.fromkeys(s.phase for s in steps))
+    assert phases[0] == "reading" and phases[-1] == "diagnosing", phases
+    assert list(summary.phases)[:2] == ["scanning", "reading"] and "diagnosing" in summary.phases
+    assert summary.seconds >= sum(summary.phases.values()) - 0.01

@@ -7,7 +7,15 @@ import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from frlake.cli._common import (
     DbUrlOpt,
@@ -25,9 +33,11 @@ from frlake.cli._common import (
 )
 from frlake.ingest.identity import DEFAULT_LAYOUT, IdentityOptions, load_hosts
 from frlake.ingest.pool import pool_context
+from frlake.values import size_text
 
 if TYPE_CHECKING:
     from frlake.entities import Brief
+    from frlake.ingest.pipeline import Step
 
 # Exit statuses a cron job can act on (README "Commands", docs/security.md).
 EXIT_OK = 0  # every file found was ingested, already present or unchanged
@@ -89,12 +99,11 @@ def ingest_command(
         if quiet or fmt is not Format.table:
             summary = session.ingest(paths, options)
         else:
-            with Progress(SpinnerColumn(), TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("files, {task.fields[mb]:.1f} MB read"), TimeElapsedColumn(),
+            with Progress(SpinnerColumn(), TextColumn("{task.description:<11}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[unit]}"), TimeRemainingColumn(), TimeElapsedColumn(),
                           console=console, transient=True, disable=not console.is_terminal) as bar:
-                task = bar.add_task("ingest", total=None, mb=0.0)
-                summary = session.ingest(paths, options,
-                                         lambda files, nbytes: bar.update(task, completed=files, mb=nbytes / 1e6))
+                task = bar.add_task("scanning", total=None, unit="files")
+                summary = session.ingest(paths, options, lambda step: _show(bar, task, step))
     if fmt in (Format.json, Format.ndjson):
         emit_json(summary.to_dict(), fmt)
         raise typer.Exit(exit_status(summary))
@@ -121,9 +130,23 @@ def ingest_command(
     raise typer.Exit(exit_status(summary))
 
 
+UNITS = {"scanning": "files found", "reading": "files", "compacting": "partitions", "diagnosing": "attempts"}
+
+
+def _show(bar: Progress, task, step: Step) -> None:
+    """One bar for the whole run: its phase, how far, and the time left where the total is known."""
+    unit = UNITS.get(step.phase, "")
+    if step.phase == "reading" and step.bytes:
+        unit += f", {size_text(step.bytes)} read"
+    bar.update(task, description=step.phase, completed=step.done, total=step.total, unit=unit)
+
+
 def _print_summary(summary) -> None:
     console.print(f"ingested [bold]{summary.ingested}[/] dumps ({summary.entries:,} entries) in "
                   f"{summary.seconds:.2f} s (run {summary.run_id})", highlight=False)
+    if summary.phases:
+        console.print("  " + ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in summary.phases.items()),
+                      highlight=False)
     console.print(f"  already present {summary.already_present}, unchanged {summary.unchanged}, "
                   f"rejected [bold]{summary.rejected}[/]", highlight=False)
     if summary.skipped_rejected:

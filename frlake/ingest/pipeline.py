@@ -85,7 +85,8 @@ class IngestSummary:
     skipped_forgotten: int = 0  # files whose dumps were forgotten, not read (other identity options read them)
     entries: int = 0
     input_bytes: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole run: scanning, reading, compacting and diagnosing
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of each phase, in the order they ran
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_files: list[dict] = field(default_factory=list)
     ingested_files: list[dict] = field(default_factory=list)
@@ -98,7 +99,19 @@ class IngestSummary:
         return asdict(self) | {"diagnosed": [b.to_dict() for b in self.diagnosed]}
 
 
-Progress = Callable[[int, int], None]
+@dataclass(frozen=True)
+class Step:
+    """Where a run stands: its phase (scanning, reading, compacting, diagnosing), how many of its items
+    (files, partitions, attempts) are done of how many (None while the files are still being counted), and
+    the bytes read so far."""
+
+    phase: str
+    done: int
+    total: int | None = None
+    bytes: int = 0
+
+
+Progress = Callable[[Step], None]
 
 
 def ingest(
@@ -159,7 +172,8 @@ class _Run:
         self.ctx = WorkerContext(str(lake.root), catalog.url, summary.run_id, options.identity,
                                  options.limits.resolved(max(1, options.workers)), str(lake.staging))
         self.batch = 0
-        self.files_done = 0
+        self.files_done = 0  # read, or skipped unread (unchanged)
+        self.total = 0  # the files found: the archives' members as they are unpacked
         self.archives: list[FileRecord] = []
         self.reasons: Counter[str] = Counter()
         self.touched: set[tuple[str, int]] = set()
@@ -172,7 +186,12 @@ class _Run:
 
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
-        chunks = self._chunks(self._changed(chain(extra, self._sources(roots))))
+        started = time.perf_counter()
+        listed = list(self._walk(roots))  # counted first, so that progress has a total
+        self.total = len(listed)
+        self.summary.phases["scanning"] = round(time.perf_counter() - started, 3)
+        self._tell()
+        chunks = self._chunks(self._changed(chain(self._counted(extra), self._sources(listed))))
         workers = max(1, self.options.workers)
         try:
             if workers == 1 and not self.options.isolate:
@@ -184,6 +203,7 @@ class _Run:
         if self.archives:
             self._record(self.archives)
         self.summary.rejected_by_reason = dict(self.reasons)
+        self.summary.phases["reading"] = round(time.perf_counter() - started - self.summary.phases["scanning"], 3)
 
     def _execute_here(self, chunks: Iterator[list[Source]]) -> None:
         """Batches in this process, committed in order. A batch's Parquet files
@@ -321,12 +341,31 @@ class _Run:
             self.summary.unchanged += 1
         return True
 
-    def _sources(self, roots: list[Path]) -> Iterator[Source]:
-        for src in walk(roots, exclude=self.lake.root):
+    def _walk(self, roots: list[Path]) -> Iterator[Source]:
+        for n, src in enumerate(walk(roots, exclude=self.lake.root), 1):
+            if self.progress and n % 1000 == 0:
+                self.progress(Step("scanning", n))
+            yield src
+
+    def _sources(self, listed: list[Source]) -> Iterator[Source]:
+        for src in listed:
             if src.problem is None and is_archive(Path(src.fs_path)):
-                yield from self._archive(src)
+                self.total -= 1  # the archive counts as its members
+                for member in self._archive(src):
+                    self.total += 1
+                    yield member
             else:
                 yield src
+
+    def _counted(self, given: Iterable[Source]) -> Iterator[Source]:
+        """Sources a caller hands over (uploads), counted as they come: they may hold their bytes."""
+        for src in given:
+            self.total += 1
+            yield src
+
+    def _tell(self) -> None:
+        if self.progress:
+            self.progress(Step("reading", self.files_done, self.total, self.summary.input_bytes))
 
     def _archive(self, archive: Source) -> Iterator[Source]:
         key = archive.key
@@ -362,12 +401,17 @@ class _Run:
 
         def flush() -> Iterator[Source]:
             known = {} if self.options.force else self.catalog.files.current([s.key for s in pending])
+            skipped = 0
             for s in pending:
                 if self._unchanged(s, known.get(s.key)):
                     self._release([s])
+                    skipped += 1
                 else:
                     yield s
             pending.clear()
+            if skipped:
+                self.files_done += skipped
+                self._tell()
 
         for src in sources:
             pending.append(src)
@@ -492,8 +536,7 @@ class _Run:
         s.entries += sum(d.n_entries for d in result.dumps)
         s.input_bytes += result.input_bytes
         self.files_done += len(result.files)
-        if self.progress:
-            self.progress(self.files_done, s.input_bytes)
+        self._tell()
 
     def _count_reject(self, path: str, reason: str | None, detail: str | None) -> None:
         log.info("rejected %s (%s): %s", path, reason, detail)
