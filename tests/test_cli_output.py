@@ -41,9 +41,10 @@ def counts(corpus_lake):
     with Frlake(corpus_lake, must_exist=True) as session:
         con = session.connect()
         entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
-        columns = len(con.execute("SELECT * FROM entries LIMIT 0").description)
+        described = con.execute("SELECT * FROM entries LIMIT 0").description
         files = con.execute("SELECT count(*) FROM files").fetchone()[0]
-    return {"entries": entries, "entry_columns": columns, "files": files}
+    return {"entries": entries, "entry_columns": len(described), "entry_last_column": described[-1][0],
+            "files": files}
 
 
 def test_select_star_from_entries_fits_80_columns(corpus_lake, counts):
@@ -53,11 +54,15 @@ def test_select_star_from_entries_fits_80_columns(corpus_lake, counts):
     lines_fit(out)
     assert len(out.splitlines()) < 60  # was 2,300 lines of empty boxes
     body = [line for line in out.splitlines() if line.startswith("│")]
-    assert len(body) == 1 + 40 + 1  # the header, the first and last 20 rows, the ⋮ line
+    assert len(body) == 2 + 40 + 1  # the header and its types, the first and last 20 rows, the ⋮ line
     assert "⋮" in out
-    left_out = re.search(r"(\d+) of (\d+) columns left out at 80 columns", " ".join(out.split()))
+    said = re.search(r"(\d+) columns \((\d+) shown at 80 columns\)", " ".join(out.split()))
     shown = body[0].count("│") - 1
-    assert left_out.groups() == (str(counts["entry_columns"] - shown), str(counts["entry_columns"]))
+    assert said.groups() == (str(counts["entry_columns"]), str(shown))
+    header = [c.strip() for c in body[0].strip("│").split("│")]
+    assert header[:4] == ["job", "attempt", "rank", "host"]  # whose rows they are, first
+    assert counts["entry_last_column"].startswith(header[-1].rstrip("…"))  # the last column keeps its place
+    assert body[1].split("│")[1].strip() == "varchar"  # the types, as the DuckDB shell shows them
     assert f"{counts['entries']:,} rows (40 shown" in out
 
 

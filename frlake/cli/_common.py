@@ -225,7 +225,7 @@ def written_to(path: Path) -> Iterator[None]:
 
 
 def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, title: str | None = None, *,
-              max_shown: int | None = None) -> None:
+              max_shown: int | None = None, types: Sequence[str] = ()) -> None:
     """Rows in the chosen format: a table that fits the terminal (with
     ``max_shown``, the first and last rows of a longer result), CSV with a
     header even without rows, JSON (one list), or NDJSON (one object a line).
@@ -242,7 +242,7 @@ def emit_rows(columns: Sequence[str], rows: Sequence[Sequence], fmt: Format, tit
     else:
         from frlake.cli._table import render
 
-        write(render(columns, rows, max_rows=max_shown, title=title))
+        write(render(columns, rows, max_rows=max_shown, title=title, types=types))
 
 
 def emit_json(data: object, fmt: Format = Format.json) -> None:

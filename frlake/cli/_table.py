@@ -40,9 +40,12 @@ def _cut(text: str, width: int) -> str:
 
 
 def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | None = None,
-           max_rows: int | None = None, title: str | None = None) -> str:
+           max_rows: int | None = None, title: str | None = None, types: Sequence[str] = ()) -> str:
     """The table as text, at most ``width`` cells wide. With ``max_rows``,
-    a longer result shows its first and last rows around a ⋮ line."""
+    a longer result shows its first and last rows around a ⋮ line. When not
+    every column fits, the first ones that do and the last one are shown, and
+    the rest named below. ``types``: each column's type, a row under the
+    header (as the DuckDB shell's)."""
     width = width or terminal_width()
     total_rows = len(rows)
     shown = list(rows)
@@ -53,13 +56,21 @@ def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | Non
     texts = [[_text(v, str(c)) for v, c in zip(row, columns, strict=False)] for row in shown]
     numeric = [bool(shown) and all(r[i] is None or (isinstance(r[i], Number) and not isinstance(r[i], bool))
                                    for r in shown) for i in range(len(columns))]
-    natural = [max([cell_len(str(c))] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(columns)]
+    types = [t.lower() for t in types] if len(types) == len(columns) else []
+    natural = [max([cell_len(str(c)), cell_len(types[i]) if types else 0] + [cell_len(t[i]) for t in texts])
+               for i, c in enumerate(columns)]
 
-    # Which columns fit: left to right, each cut to MAX_CELL, the last one shrunk into what is left.
+    # Which columns fit: left to right, each cut to MAX_CELL, the last one shrunk into what is left; when
+    # they do not all fit, the last column keeps its place at the right (a row's end is often its point).
     room = width - 1  # the left border
     keep: list[int] = []
     widths: dict[int, int] = {}
-    for i, w in enumerate(natural):
+    last = len(columns) - 1
+    fits = sum(min(w, MAX_CELL) + 3 for w in natural) <= room
+    if not fits and last > 0:
+        widths[last] = min(natural[last], MAX_CELL, max(MIN_CELL, room // 4))
+        room -= widths[last] + 3
+    for i, w in enumerate(natural[:last] if not fits and last > 0 else natural):
         w = min(w, MAX_CELL) if len(columns) > 1 else w
         need = w + 3  # " value │"
         if need <= room:
@@ -73,6 +84,8 @@ def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | Non
             break
         else:
             break
+    if not fits and last > 0:
+        keep.append(last)
     # A column cut to MAX_CELL takes back room the others left over.
     for i in keep:
         if room <= 0:
@@ -100,6 +113,8 @@ def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | Non
     if keep:
         out.append(line("┌", "┬", "┐"))
         out.append(cells([str(c) for c in columns], False))
+        if types:
+            out.append(cells(types, False))
         out.append(line("├", "┼", "┤"))
         head = (max_rows + 1) // 2 if elided else len(texts)
         for n, t in enumerate(texts):
@@ -117,7 +132,7 @@ def render(columns: Sequence[str], rows: Sequence[Sequence], *, width: int | Non
         notes.append(f"{total_rows:,} row{'s' if total_rows != 1 else ''}")
     if left_out:
         named = ", ".join(left_out[:8]) + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
-        notes.append(f"{len(left_out)} of {len(columns)} columns left out at {width} columns: {named}")
+        notes.append(f"{len(columns)} columns ({len(keep)} shown at {width} columns); not shown: {named}")
     if notes:
         out.append(textwrap.fill("; ".join(notes), width, subsequent_indent="  "))
     return "\n".join(out) + "\n"

@@ -53,7 +53,7 @@ def query_command(
         limits = QueryLimits(timeout, max_rows or UNLIMITED_ROWS, max_bytes, max_memory)
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         result = session.query(sql, limits)
-    emit_rows(result.columns, result.rows, fmt, max_shown=TABLE_ROWS)
+    emit_rows(result.columns, result.rows, fmt, max_shown=TABLE_ROWS, types=result.types)
     if result.truncated:
         err_console.print(f"[yellow]only the first {len(result.rows):,} rows are returned (--max-rows, --max-bytes)[/]")
 

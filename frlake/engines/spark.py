@@ -140,7 +140,8 @@ def register_views(spark: SparkSession, fl: Frlake, names: Iterable[str] | None 
         else:
             frame = spark.createDataFrame(catalog_table(fl.catalog, name))
         frame.createOrReplaceTempView(f"__frlake_{name}")
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {to_spark(with_timestamps(name, f'__frlake_{name}'))}")
+        view = with_timestamps(name, f"__frlake_{name}", frame.columns)
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {to_spark(view)}")
         done.append(name)
     for name in sorted(wanted & set(DERIVED)):
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {to_spark(DERIVED[name])}")

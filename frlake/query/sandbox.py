@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
@@ -54,6 +54,7 @@ class QueryResult:
     truncated: bool
     seconds: float
     bytes: int = 0  # Arrow size of the record batches read
+    types: list[str] = field(default_factory=list)  # each column's SQL type (BIGINT, VARCHAR[], ...)
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, limits: QueryLimits = QueryLimits()) -> None:
@@ -155,6 +156,7 @@ def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits
     try:
         relation = cur.sql(sql)  # streams: rows past the caps are never computed
         columns = list(relation.columns) if relation is not None else []
+        types = [str(t) for t in relation.types] if relation is not None else []
         batches, size, truncated = _read_capped(relation, limits) if relation is not None else ([], 0, False)
     except duckdb.InterruptException:
         raise QueryError(_timeout_message(limits)) from None
@@ -170,7 +172,7 @@ def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits
     rows = _rows(batches, len(columns))
     if len(rows) > limits.max_rows:
         rows, truncated = rows[: limits.max_rows], True
-    return QueryResult(columns, rows, truncated, time.perf_counter() - started, size)
+    return QueryResult(columns, rows, truncated, time.perf_counter() - started, size, types)
 
 
 def _read_capped(relation: duckdb.DuckDBPyRelation, limits: QueryLimits) -> tuple[list[pa.RecordBatch], int, bool]:

@@ -115,11 +115,18 @@ DERIVED = {
 }
 
 
-def with_timestamps(name: str, source: str) -> str:
+LEAD = ("job", "attempt", "rank", "host")  # what `SELECT *` shows first, where a view has them
+
+
+def with_timestamps(name: str, source: str, columns: Iterable[str] = ()) -> str:
+    """The view's SQL: the identity columns first (a wide `SELECT *` still says whose rows they are), then
+    the rest in the table's order, then each ``*_ns`` time as a timestamp."""
     extra = "".join(
         f", make_timestamp({col} // 1000) AS {col.removesuffix('_ns')}" for col in TIMESTAMPS.get(name, ())
     )
-    return f"SELECT *{extra} FROM {source}"
+    columns = list(columns)
+    ordered = [c for c in LEAD if c in columns] + [c for c in columns if c not in LEAD]
+    return f"SELECT {', '.join(ordered) if ordered else '*'}{extra} FROM {source}"
 
 
 def _parquet(name: str, table_schema: pa.Schema, partitioned: bool, files: list[str], versions: list[int]) -> str:
@@ -194,10 +201,11 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             source = _parquet(name, table_schema, partitioned, files, versions)
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source)}")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
     for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        source = register(f"__catalog_{name}", catalog_table(catalog, name))
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source)}")
+        table = catalog_table(catalog, name)
+        source = register(f"__catalog_{name}", table)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
     for name, sql in DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     return sources
