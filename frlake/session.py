@@ -431,7 +431,7 @@ class Frlake:
         holds a copy of the attempt's dumps in another place (catalog.diagnoses.state)."""
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.query.links import holds_summary
-        from frlake.query.links import summarise as summary_rows
+        from frlake.query.links import summary_tables as summary_rows
         from frlake.storage.summary_tables import AttemptSummary
 
         if complete is None:  # the stored report is read only if it holds the mark

@@ -28,7 +28,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     which the data cannot tell. A mismatch among the dumps there are stands.
 
     ``durations``: the entries the diagnosis reads keep their durations, for
-    the attempt's summary tables (frlake.query.links.summarise).
+    the attempt's summary tables (frlake.query.links.summary_tables).
 
     ``claimed``: rank -> the hosts whose folders hold its dump's bytes, where more than one does (a copy:
     catalog.dumps.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``)."""
@@ -109,7 +109,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
     _attach_stacks(con, diag)
     _attach_live_stacks(con, diag)
-    diag.summary = summarize(diag)
+    diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
 
@@ -303,7 +303,7 @@ def _progress(ev: Evidence) -> list[dict]:
     return out
 
 
-def summarize(d: Diagnosis) -> str:
+def summary_sentence(d: Diagnosis) -> str:
     root = d.root
     if d.verdict is Verdict.HEALTHY:
         return f"{d.job} attempt {d.attempt}: healthy ({len(d.ranks_dumped)} ranks dumped, no hang, mismatch or straggler)."

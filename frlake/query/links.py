@@ -16,7 +16,7 @@ times, not the measured duration, so it is never taken for a slow link.
 
 Everything up to a host's share of each collective is per attempt, so it is
 computed once, when the attempt is diagnosed, from the entries the diagnosis
-read (:func:`summarise`, stored by frlake.storage.summary_tables in the tables
+read (:func:`summary_tables`, stored by frlake.storage.summary_tables in the tables
 ``collective_durations`` and ``watchdog_lags``), and the report reads those
 rows, not the entries. A
 host's watchdog lag is the median of its per-attempt medians.
@@ -84,7 +84,7 @@ WATCHDOG_LAGS = _TIMED + """
 SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATCHDOG_LAGS}
 
 
-def summarise(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
+def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
     """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
     in their schemas, from a connection on which the attempt was just
     diagnosed (its relations, ``rel``, built by the diagnosis)."""
