@@ -17,7 +17,7 @@ then the best and median of --repeat):
     Frlake.report(name), drain with its policy applied at the end of the
     history (DrainPolicy(now=...)), and once through the CLI (`frlake --lake L
     report NAME -f json`, drain with --now, a fresh process);
-  * the `collectives` view through frlake.query.query (the sandbox, as
+  * the `collectives` view through Frlake.query (the sandbox, as
     `frlake query` runs it): the rows with missing members of one 256-rank
     hung attempt, and a fleet-wide count of collectives with missing members
     over one week; once each through `frlake query ... -f json`;
@@ -25,10 +25,12 @@ then the best and median of --repeat):
     that attempt at its hang (the hung group, the 10 sequence ids up to the
     hung one) and unfiltered (the first 2,000 collectives, all ranks); the
     first once through `frlake entries JOB --attempt N --pg PG --seq A:B -f json`;
-  * ad-hoc SQL through frlake.query.query(sql, settings): per-op counts and
+  * ad-hoc SQL through Frlake.query: per-op counts and
     median duration over one week, the last collective of each rank and group
     of one 256-rank attempt, and SELECT count(*) FROM entries;
-  * connect() alone (the DuckDB views every report and query starts with);
+  * Frlake.connect() alone (the DuckDB views every report and query starts with);
+each Python call timed in a session of its own, opened and closed inside the
+timing (as `frlake` commands run them, and as every figure here was taken);
 and checks the reports, the collectives rows and the entries view against the
 history's truth. Prints a table and writes bench/results/reports.json.
 """
@@ -51,7 +53,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _frlake import connect, entries, ingest, query, run  # noqa: E402
 from history import plan_history, truth_summary, write_attempts  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
@@ -61,6 +62,7 @@ from frlake.query.drain import DrainPolicy  # noqa: E402
 from frlake.query.reports import REPORTS as REGISTRY  # noqa: E402
 from frlake.query.sandbox import QueryLimits  # noqa: E402
 from frlake.query.side_by_side import EntryFilter  # noqa: E402
+from frlake.session import Frlake  # noqa: E402
 
 REPORTS = tuple(REGISTRY)  # every fleet report, the new ones included
 NEW_VIEWS = ("collectives_attempt_missing", "collectives_week_missing", "entries_at_hang", "entries_all")
@@ -112,13 +114,19 @@ def tree_bytes(folder: Path) -> int:
     return total
 
 
-def timed(fn, repeat: int, warm: bool = True) -> dict:
+def timed(settings: Settings, fn, repeat: int, warm: bool = True) -> dict:
+    """fn(session), each call in a session of its own opened and closed inside the timing: every figure
+    of this benchmark counted its session, so they stay comparable."""
+    def call():
+        with Frlake(settings) as fl:
+            return fn(fl)
+
     if warm:
-        fn()  # warm: page cache, imports, DuckDB's first plan
+        call()  # warm: page cache, imports, DuckDB's first plan
     times, out = [], None
     for _ in range(repeat):
         t = time.perf_counter()
-        out = fn()
+        out = call()
         times.append(time.perf_counter() - t)
     return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4),
             "runs_s": [round(x, 4) for x in times], "result": out}
@@ -173,15 +181,18 @@ def check_reports(rows: dict, truth: dict) -> dict:
     }
 
 
+def entries_view(fl: Frlake, job: str, attempt: int, flt: EntryFilter) -> dict:
+    """What `frlake entries` computes: the side-by-side view and the stack diff, in one session."""
+    view = fl.entries(job, attempt, flt)
+    return {**view.to_dict(), "stacks": [g.to_dict() for g in fl.stack_diff(job, view.attempt)]}
+
+
 def diagnosis_accuracy(settings: Settings, plans: list) -> dict:
     """Verdict and root host of every attempt against the plan."""
-    con = connect(settings.lake, settings.db_url)
-    try:
-        got = {(j, a): (v, h) for j, a, v, h in con.execute("""
+    with Frlake(settings, must_exist=True) as fl:
+        got = {(j, a): (v, h) for j, a, v, h in fl.connect().execute("""
             SELECT i.job, i.attempt, i.verdict, c.host FROM incidents i
             LEFT JOIN culprits c ON c.job = i.job AND c.attempt = i.attempt AND c.position = 0""").fetchall()}
-    finally:
-        con.close()
     want_verdict = {"none": "healthy", "missing_last": "hang", "straggler": "straggler"}
     ok = bad = 0
     wrong = []
@@ -217,8 +228,8 @@ def _log_timing(name: str, t: dict, extra: str = "") -> None:
 def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, now: datetime) -> dict:
     res: dict = {}
     # what is in the lake
-    con = connect(settings.lake, settings.db_url)
-    try:
+    with Frlake(settings, must_exist=True) as fl:
+        con = fl.connect()
         n_dumps, n_entries = con.execute("SELECT count(*), sum(n_entries) FROM dumps").fetchone()
         res["dumps"], res["entries_dumps"] = n_dumps, int(n_entries)
         res["attempts"] = con.execute("SELECT count(*) FROM attempts").fetchone()[0]
@@ -226,8 +237,6 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
         res["verdicts"] = dict(con.execute("SELECT verdict, count(*) FROM incidents GROUP BY ALL ORDER BY ALL").fetchall())
         hang = con.execute("SELECT pg, pg_desc, seq, rank, op FROM culprits WHERE job = ? AND attempt = ? AND position = 0",
                            [probe.job, probe.attempt]).fetchone()
-    finally:
-        con.close()
     lake = settings.lake
     res["lake_bytes"] = {"tables": tree_bytes(lake / "tables"), "raw": tree_bytes(lake / "raw"),
                          "all": tree_bytes(lake)}
@@ -235,14 +244,14 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
     log(f"lake: {res['entries_dumps']:,} entries, {res['attempts']} attempts, {res['dumps']} dumps, "
         f"{res['lake_bytes']['all'] / 1e9:.2f} GB, {res['entries_files']} entries files")
 
-    t = timed(lambda: connect(settings.lake, settings.db_url).close(), repeat)
+    t = timed(settings, lambda fl: fl.connect().close(), repeat)
     res["connect"] = {k: v for k, v in t.items() if k != "result"}
 
     rows = {}
     policy = DrainPolicy(now=now)
     for name in REPORTS:
         params = {"policy": policy} if name == "drain" else {}
-        t = timed(lambda: run(settings, name, **params), repeat)
+        t = timed(settings, lambda fl: fl.report(name, **params), repeat)
         rows[name] = t.pop("result")
         t["rows"] = len(rows[name])
         t["cli_s"], out = _cli("--lake", str(lake), "report", name, "-f", "json",
@@ -262,11 +271,11 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
         limits, within_default = LIMITS, True
         try:
             try:
-                t = timed(lambda: query(sql, settings, limits), reps, warm)
+                t = timed(settings, lambda fl: fl.query(sql, limits), reps, warm)
             except QueryError as exc:  # over the default memory limit: time it with a larger one
                 within_default, limits = str(exc), LIMITS_BIG
                 log(f"  {name}: {exc}; timed with max_memory {LIMITS_BIG.max_memory >> 30} GiB")
-                t = timed(lambda: query(sql, settings, limits), reps, warm)
+                t = timed(settings, lambda fl: fl.query(sql, limits), reps, warm)
         except QueryError as exc:
             log(f"  {name}: {exc} (max_memory {limits.max_memory >> 30} GiB): not timed")
             res[name] = {"best_s": None, "median_s": None, "error": str(exc), "max_memory": limits.max_memory,
@@ -301,7 +310,7 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
             if at_hang else EntryFilter(seq_from=0, seq_to=HANG_WINDOW - 1),  # no hang in the lake yet
             "entries_all": EntryFilter()}
     for name, flt in flts.items():
-        t = timed(lambda: entries(settings, probe.job, probe.attempt, flt), repeat)
+        t = timed(settings, lambda fl: entries_view(fl, probe.job, probe.attempt, flt), repeat)
         view = t.pop("result")
         t["rows"] = len(view["collectives"])
         t["ranks"] = len(view["ranks"])
@@ -324,7 +333,7 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
     queries = {"adhoc_week_ops": SQL_WEEK, "adhoc_last_per_rank": SQL_LAST.format(job=probe.job, attempt=probe.attempt),
                "count_entries": SQL_COUNT}
     for name, sql in queries.items():
-        t = timed(lambda: query(sql, settings, LIMITS), repeat)
+        t = timed(settings, lambda fl: fl.query(sql, LIMITS), repeat)
         r = t.pop("result")
         t["rows"] = len(r.rows)
         if name == "count_entries":
@@ -416,7 +425,8 @@ def main() -> None:
             t_gen = time.perf_counter() - t
             peak_disk = max(peak_disk, tree_bytes(work))
             t = time.perf_counter()
-            summary = ingest([dumps], settings, IngestOptions(workers=args.workers))
+            with Frlake(settings) as fl:  # opened and closed inside the timing, as every batch's figure was
+                summary = fl.ingest([dumps], IngestOptions(workers=args.workers))
             t_ing = time.perf_counter() - t
             n_files = sum(a.world for a in batch)
             assert summary.ingested == n_files and summary.rejected == 0, (summary.ingested, n_files, summary.rejected_by_reason)

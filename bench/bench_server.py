@@ -29,9 +29,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _frlake import ingest  # noqa: E402
-
 from frlake.config import Settings  # noqa: E402
+from frlake.session import Frlake  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus" / "visible"
 TOKEN = "bench-token"
@@ -73,7 +72,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="frlake-bench-server-"))
     lake = work / "lake"
-    ingest([CORPUS], Settings.resolve(lake))
+    with Frlake(Settings.resolve(lake)) as fl:  # closed before the server opens the lake
+        fl.ingest([CORPUS])
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port),
                                "--token", TOKEN, "--threads", str(args.threads)],

@@ -36,7 +36,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _frlake import ingest  # noqa: E402
 from history import plan_history, write_attempts  # noqa: E402
 
 from frlake.config import Settings  # noqa: E402
@@ -91,7 +90,8 @@ def build(settings: Settings, dumps: Path, total: int, seed: int, entries: int, 
             batch += by_job[order[i]]
             i += 1
         write_attempts(dumps, hist, batch)
-        summary = ingest([dumps], settings, IngestOptions(workers=2))
+        with Frlake(settings) as fl:  # a session per batch, as `frlake ingest` would run it
+            summary = fl.ingest([dumps], IngestOptions(workers=2))
         assert summary.rejected == 0, summary.rejected_by_reason
         shutil.rmtree(dumps)
         done += hist.entries(batch)

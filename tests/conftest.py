@@ -11,7 +11,8 @@ from sqlalchemy import create_engine, text
 
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import CORPUS, TRUTH, ingest
+from frlake.session import Frlake
+from tests.helpers import CORPUS, TRUTH
 
 
 @pytest.fixture(scope="session")
@@ -30,9 +31,17 @@ def truth() -> list[dict]:
 def corpus_lake(tmp_path_factory, corpus) -> Settings:
     """The whole visible corpus ingested once into an embedded lake."""
     settings = Settings.resolve(tmp_path_factory.mktemp("corpus-lake"))
-    summary = ingest([corpus], settings, IngestOptions(workers=2))
+    with Frlake(settings) as fl:
+        summary = fl.ingest([corpus], IngestOptions(workers=2))
     assert summary.rejected == 0, summary.rejected_files
     return settings
+
+
+@pytest.fixture
+def corpus_fl(corpus_lake) -> Frlake:
+    """A session over the shared corpus lake for one test, closed at its end (with its connections)."""
+    with Frlake(corpus_lake) as session:
+        yield session
 
 
 @pytest.fixture
@@ -41,11 +50,17 @@ def lake(tmp_path) -> Settings:
 
 
 @pytest.fixture
+def fl(lake) -> Frlake:
+    """A session over the test's own fresh lake (``lake``: ``tmp_path / "lake"``), closed at the test's end;
+    nothing is created until it is first used."""
+    with Frlake(lake) as session:
+        yield session
+
+
+@pytest.fixture
 def views():
     """``views(lake, db_url=None)``: a DuckDB connection with a lake's views, from a session of that lake
     (``Frlake.connect``) that the test's end closes with its connections."""
-    from frlake.session import Frlake
-
     sessions = []
 
     def connect(lake, db_url=None):

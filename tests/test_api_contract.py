@@ -15,7 +15,8 @@ from werkzeug.datastructures import ImmutableMultiDict
 from frlake.config import Settings
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
-from tests.helpers import ROOT, ingest
+from frlake.session import Frlake
+from tests.helpers import ROOT
 
 API_MD = (ROOT / "docs" / "api.md").read_text()
 SAME_ORIGIN = {"Origin": "http://localhost"}
@@ -160,7 +161,8 @@ def test_a_wrong_method_is_a_405_with_allow(app):
 @pytest.fixture
 def small(tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-223715"], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
     return settings
 
 
@@ -183,8 +185,6 @@ def test_uploads_and_complete_have_the_documented_keys(small, corpus, tmp_path):
     assert set(body) == DOC[("POST", "/api/jobs/<job>/attempts/<n>/complete")]["keys"]
     assert body["complete"] and not body["diagnosis"]["waiting_for_dumps"]
     assert body["verdict"] == "hang" and body["diagnosis"]["culprits"]  # diagnosed with the dump there is
-    from frlake.session import Frlake
-
     with Frlake(small) as fl:  # the mark survives a rediagnose (after an upgrade of frlake)
         (again,) = fl.rediagnose("one-of-four")
     assert again.complete and not again.waiting_for_dumps and again.verdict == "hang"
@@ -210,7 +210,8 @@ def test_every_page_works_with_an_unknown_host(tmp_path, corpus):
         dst.parent.mkdir(parents=True)
         shutil.copy(next((corpus / "job-f2518d" / "attempt-0").glob(f"*/rank_{rank}")), dst)
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     client = create_app(ServerConfig(settings)).test_client()
     d = client.get("/api/jobs/job-nohost/attempts/0/diagnosis").get_json()
     assert (d["verdict"], d["culprits"][0]["rank"], d["culprits"][0]["reason"]) == ("hang", 1, "no_dump")

@@ -22,7 +22,7 @@ from frlake.query.trace import TraceWindow
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
 from frlake.session import Frlake
-from tests.helpers import FIXTURES, ROOT, ingest
+from tests.helpers import FIXTURES, ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402
@@ -32,7 +32,8 @@ def _job(tmp_path_factory, world: int, entries: int, culprit: int) -> tuple[Sett
     work = tmp_path_factory.mktemp(f"world-{world}")
     truth = write_job(work / "nfs", world, entries, job="big", fault="missing_last", culprit=culprit)
     settings = Settings.resolve(work / "lake")
-    summary = ingest([work / "nfs"], settings, IngestOptions(workers=2))
+    with Frlake(settings) as fl:
+        summary = fl.ingest([work / "nfs"], IngestOptions(workers=2))
     assert summary.rejected == 0 and summary.ingested == world
     return settings, truth
 
@@ -208,14 +209,12 @@ def test_culprit_at_rank_12000_on_the_page_and_in_the_trace(tmp_path_factory):
     assert entries.get_json()["ranks"][0]["rank"] == 12_000 and len(entries.data) < 2_000_000
 
 
-def test_trace_reads_torchcomms_retired_ops_as_completed(tmp_path):
+def test_trace_reads_torchcomms_retired_ops_as_completed(fl):
     """torchcomms' entries stay "scheduled" and are retired once done: the diagnosis reads them as
     completed, and so does the trace (not "pending until the dump" in a healthy job)."""
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([FIXTURES / "producers" / "torchcomms_ring_healthy"], settings).rejected == 0
-    with Frlake(settings) as fl:
-        assert fl.stored_diagnosis("torchcomms_ring_healthy", 0).verdict.value == "healthy"
-        events = check_trace("".join(fl.trace("torchcomms_ring_healthy", 0)), 100_000)["traceEvents"]
+    assert fl.ingest([FIXTURES / "producers" / "torchcomms_ring_healthy"]).rejected == 0
+    assert fl.stored_diagnosis("torchcomms_ring_healthy", 0).verdict.value == "healthy"
+    events = check_trace("".join(fl.trace("torchcomms_ring_healthy", 0)), 100_000)["traceEvents"]
     ops = [e for e in events if e["ph"] == "X"]
     assert ops and all(e["args"]["state"] == "completed" for e in ops)
     assert not any(e["args"]["dur_source"] == "pending until the dump" for e in ops)

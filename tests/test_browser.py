@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from frlake.config import Settings
-from tests.helpers import ingest
+from frlake.session import Frlake
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
@@ -77,8 +77,9 @@ def unknown_host_job(root: Path, corpus: Path) -> Path:
 def server(tmp_path_factory, corpus):
     lake = tmp_path_factory.mktemp("browser") / "lake"
     settings = Settings.resolve(lake)
-    ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")], settings)
-    ingest([unknown_host_job(lake.parent, corpus)], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")])
+        fl.ingest([unknown_host_job(lake.parent, corpus)])
     url, proc = _serve(lake, "--token", TOKEN)
     yield url
     proc.terminate()
@@ -328,7 +329,8 @@ def big_server(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("browser-big")
     write_job(work / "nfs", 1024, 20, job="big", fault="missing_last", culprit=1000)
-    assert ingest([work / "nfs"], Settings.resolve(work / "lake"), IngestOptions(workers=2)).ingested == 1024
+    with Frlake(Settings.resolve(work / "lake")) as fl:
+        assert fl.ingest([work / "nfs"], IngestOptions(workers=2)).ingested == 1024
     url, proc = _serve(work / "lake", "--token", TOKEN)
     yield url
     proc.terminate()

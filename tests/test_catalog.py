@@ -13,7 +13,6 @@ from frlake.catalog.models import Base
 from frlake.catalog.store import Catalog
 from frlake.errors import StaleCatalog
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
 
 
 def _db_url(any_db):
@@ -52,10 +51,11 @@ def test_stale_catalog_is_refused_with_the_fixing_command(any_db):
 
 
 def test_ingest_and_query_on_each_backend(any_db, corpus, views):
-    summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db, IngestOptions(workers=2))
-    assert summary.ingested == 4 + 24 and summary.rejected == 0
-    again = ingest([corpus / "job-223715", corpus / "job-f70c5d"], any_db)
-    assert again.ingested == 0 and again.unchanged == 28
+    with frlake.Frlake(any_db) as fl:
+        summary = fl.ingest([corpus / "job-223715", corpus / "job-f70c5d"], IngestOptions(workers=2))
+        assert summary.ingested == 4 + 24 and summary.rejected == 0
+        again = fl.ingest([corpus / "job-223715", corpus / "job-f70c5d"])
+        assert again.ingested == 0 and again.unchanged == 28
     catalog = Catalog(any_db.db_url)
     attempts = catalog.attempts.info()
     assert [(a.job, a.attempt, a.n_dumps) for a in attempts] == [
@@ -125,7 +125,8 @@ def _row_counts(engine) -> dict[str, int]:
 def test_downgrade_and_upgrade_keep_every_row(any_db, corpus):
     """A real downgrade (batch-altered tables on SQLite) must not cascade into
     the culprit rows through the foreign keys, and an upgrade brings it back."""
-    ingest([corpus / "job-223715", corpus / "job-5f5228"], any_db)
+    with frlake.Frlake(any_db) as fl:
+        fl.ingest([corpus / "job-223715", corpus / "job-5f5228"])
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
     assert before["culprits"] > 0 and before["rank_stats"] > 0 and before["stack_ids"] > 0
@@ -136,7 +137,8 @@ def test_downgrade_and_upgrade_keep_every_row(any_db, corpus):
     assert _row_counts(engine) == {**before, "stack_ids": 0, "retired_files": 0}
     engine.dispose()
     # the stack index is rebuilt from the lake by the next run
-    assert ingest([corpus / "job-223715"], any_db).unchanged == 4
+    with frlake.Frlake(any_db) as fl:
+        assert fl.ingest([corpus / "job-223715"]).unchanged == 4
     engine = db.make_engine(any_db.db_url)
     assert _row_counts(engine)["stack_ids"] == before["stack_ids"]
     engine.dispose()
@@ -171,8 +173,8 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-0")
     shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-1")
-    ingest([tree], any_db, IngestOptions(chunk_files=1, compact_min_files=None))
     with frlake.Frlake(any_db) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=None))
         fl.compact()  # the replaced files are retired, deleted after the grace period
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
@@ -208,7 +210,8 @@ def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, co
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-0")
     shutil.copytree(corpus / "job-5f5228", tree / "job-5f5228")
-    ingest([tree], any_db)
+    with frlake.Frlake(any_db) as fl:
+        fl.ingest([tree])
     engine = db.make_engine(any_db.db_url)
     db.downgrade(engine, "0006")
     with engine.begin() as conn:  # at 0006, job-5f5228 as an interrupted run left it: committed, not diagnosed
@@ -230,7 +233,8 @@ def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, co
         assert {(d.job, d.attempt) for d in fl.diagnose_pending()} == set(due)
     assert catalog.diagnoses.pending() == []
     shutil.copytree(corpus / "job-223715/attempt-0", tree / "job-223715/attempt-3")
-    ingest([tree / "job-223715/attempt-3"], any_db, IngestOptions(diagnose=False))
+    with frlake.Frlake(any_db) as fl:
+        fl.ingest([tree / "job-223715/attempt-3"], IngestOptions(diagnose=False))
     assert catalog.diagnoses.pending() == [("job-223715", 3)]
     with engine.connect() as conn:
         plan = " ".join(str(r) for r in conn.execute(text(

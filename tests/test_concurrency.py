@@ -16,7 +16,7 @@ import pytest
 from frlake.config import Settings
 from frlake.session import Frlake
 from frlake.storage.files import LakeFiles
-from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot
+from tests.helpers import assert_outside_readers_see_only_committed, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,8 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
     # overlapping trees: each process is given a different, overlapping part of the same files
     trees = [[nfs / j for j in JOBS[:4]], [nfs / j for j in JOBS[2:]], [nfs]]
     settings = any_db
-    ingest([nfs / JOBS[0] / "attempt-0"], settings)  # the catalog exists before the server opens it
+    with Frlake(settings) as fl:
+        fl.ingest([nfs / JOBS[0] / "attempt-0"])  # the catalog exists before the server opens it
     app = create_app(ServerConfig(settings))
     errors: list[str] = []
     stop = threading.Event()
@@ -77,7 +78,8 @@ def test_three_ingests_over_overlapping_trees_while_a_server_reads(tmp_path, cor
         assert LakeFiles(fl.catalog).pending() == [] and fl.catalog.diagnoses.pending() == []
         assert {s for f in fl.catalog.files.records() for s in [f.status]} <= {"ingested", "duplicate"}
     clean = Settings.resolve(tmp_path / "clean")
-    ingest([nfs], clean)
+    with Frlake(clean) as fl:
+        fl.ingest([nfs])
     got, want = snapshot(settings), snapshot(clean)
     for table in ("entries", "dumps", "groups", "pg_status", "stacks"):
         assert got[table] == want[table], table

@@ -17,7 +17,7 @@ from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.session import Frlake
 from frlake.storage.files import LakeFiles
-from tests.helpers import assert_outside_readers_see_only_committed, ingest, snapshot, visible_parquet
+from tests.helpers import assert_outside_readers_see_only_committed, snapshot, visible_parquet
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
@@ -50,7 +50,8 @@ def _kill_twice_then_finish(cmd: list[str], settings, rng: random.Random, after_
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory, corpus):
     settings = Settings.resolve(tmp_path_factory.mktemp("clean"))
-    ingest([corpus], settings, IngestOptions(chunk_files=4))
+    with Frlake(settings) as fl:
+        fl.ingest([corpus], IngestOptions(chunk_files=4))
     return snapshot(settings)
 
 
@@ -78,7 +79,8 @@ def timed_lake(tmp_path_factory):
     attempts = [slow_link_attempt(f"job-{j}", n, [(k + j + n) % 8 for k in range(8)], start + timedelta(hours=j * 3 + n))
                 for j in range(4) for n in range(3)]
     settings = Settings.resolve(root / "lake")
-    assert ingest([write_timed(root / "nfs", attempts)], settings).ingested == 192
+    with Frlake(settings) as fl:
+        assert fl.ingest([write_timed(root / "nfs", attempts)]).ingested == 192
     return settings, snapshot(settings)
 
 

@@ -8,8 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frlake.cli.main import app
-from frlake.config import Settings
-from tests.helpers import TRUTH, diagnose, diagnose_many, ingest
+from tests.helpers import TRUTH
 
 EXPECTED_VERDICT = {"healthy": {"healthy"}, "straggler": {"straggler"}}
 HANG_OR_MISMATCH = {"hang", "mismatch"}
@@ -18,8 +17,8 @@ TRUTH_CASES = json.loads(TRUTH.read_text())
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", TRUTH_CASES, ids=lambda t: f"{t['job']}-{t['attempt']}-{t['scenario']}-{t['format']}")
-def test_verdict_and_root_cause_match_the_truth(corpus_lake, case):
-    d = diagnose(corpus_lake, case["job"], case["attempt"], store=False)
+def test_verdict_and_root_cause_match_the_truth(corpus_fl, case):
+    d = corpus_fl.diagnose(case["job"], case["attempt"], store=False)
     assert d.verdict in EXPECTED_VERDICT.get(case["scenario"], HANG_OR_MISMATCH), d.summary
     if case["culprit_rank"] is None:
         assert d.culprits == []
@@ -31,12 +30,12 @@ def test_verdict_and_root_cause_match_the_truth(corpus_lake, case):
 
 
 @pytest.mark.slow
-def test_reasons_name_the_fault(corpus_lake, truth):
+def test_reasons_name_the_fault(corpus_fl, truth):
     by_scenario = {}
     for case in truth:
         if case["culprit_rank"] is not None:
             by_scenario.setdefault(case["scenario"], set()).add(
-                diagnose(corpus_lake, case["job"], case["attempt"], store=False).root.reason)
+                corpus_fl.diagnose(case["job"], case["attempt"], store=False).root.reason)
     assert by_scenario["size_mismatch"] == {"size_mismatch"}
     assert by_scenario["dtype_mismatch"] == {"dtype_mismatch"}
     assert by_scenario["type_mismatch"] == {"type_mismatch"}
@@ -44,37 +43,36 @@ def test_reasons_name_the_fault(corpus_lake, truth):
     assert by_scenario["straggler"] == {"straggler"}
 
 
-def test_json_has_the_promised_keys(corpus_lake):
-    d = diagnose(corpus_lake, "job-24fdd5", 1, store=False).to_dict()
+def test_json_has_the_promised_keys(corpus_fl):
+    d = corpus_fl.diagnose("job-24fdd5", 1, store=False).to_dict()
     assert {"job", "attempt", "verdict", "culprits"} <= d.keys()
     root = d["culprits"][0]
     assert {"rank", "host", "reason", "pg", "pg_desc", "seq", "op", "stack"} <= root.keys()
     assert root["stack"][0]["name"] == "all_reduce"
     # the rank that left no dump is named, not a crash of the analysis
     assert any(c["reason"] == "no_dump" and c["rank"] == 2 for c in d["culprits"])
-    straggler = diagnose(corpus_lake, "job-65a07f", 0, store=False).to_dict()["culprits"][0]
+    straggler = corpus_fl.diagnose("job-65a07f", 0, store=False).to_dict()["culprits"][0]
     assert straggler["lateness_ms"] > 10
 
 
-def test_latest_attempt_is_the_default(corpus_lake):
-    assert diagnose(corpus_lake, "job-f70c5d", store=False).attempt == 2
+def test_latest_attempt_is_the_default(corpus_fl):
+    assert corpus_fl.diagnose("job-f70c5d", store=False).attempt == 2
 
 
 @pytest.mark.slow
-def test_diagnoses_are_stored_kept_current_and_queryable(tmp_path, corpus, views):
-    settings = Settings.resolve(tmp_path / "lake")
+def test_diagnoses_are_stored_kept_current_and_queryable(corpus, fl):
     # the hung attempt arrives without its culprit's dump first
-    first = ingest([corpus / "job-223715/attempt-0/gpu-c04"], settings)
+    first = fl.ingest([corpus / "job-223715/attempt-0/gpu-c04"])
     assert first.diagnosed and first.diagnosed[0].verdict in {"healthy", "incomplete", "hang"}
-    ingest([corpus / "job-223715"], settings)
-    con = views(settings.lake)
+    fl.ingest([corpus / "job-223715"])
+    con = fl.connect()
     row = con.execute("SELECT verdict FROM incidents WHERE job = 'job-223715' AND attempt = 0").fetchone()
     assert row == ("hang",)
     culprit = con.execute(
         "SELECT rank, host, reason, stack_signature IS NOT NULL FROM culprits WHERE job = 'job-223715' AND position = 0"
     ).fetchone()
     assert culprit == (1, "gpu-b03", "missing", True)
-    redone = diagnose_many(settings)
+    redone = fl.rediagnose()
     assert [(d.job, d.attempt, d.verdict) for d in redone] == [("job-223715", 0, "hang")]
 
 

@@ -12,7 +12,7 @@ import pytest
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.session import Frlake
-from tests.helpers import CORPUS, FIXTURES, diagnose, ingest
+from tests.helpers import CORPUS, FIXTURES
 
 WATCHED = {  # the attempts whose diagnoses are compared, and where their dumps are
     ("split5", 0): FIXTURES / "real" / "split_group" / "split5",
@@ -35,7 +35,7 @@ def _as_json(settings, keys) -> dict:
     out = {}
     with Frlake(settings) as fl:
         for job, attempt in keys:
-            for kind, d in (("fresh", diagnose(settings, job, attempt, store=False)),
+            for kind, d in (("fresh", fl.diagnose(job, attempt, store=False)),
                             ("stored", fl.stored_diagnosis(job, attempt))):
                 data = d.to_dict()
                 data.pop("seconds")
@@ -50,7 +50,8 @@ def reference(tmp_path_factory) -> dict:
     for job in sorted({job for job, _ in WATCHED}):
         settings = Settings.resolve(tmp_path_factory.mktemp(f"alone-{job}") / "lake")
         folders = {WATCHED[k] for k in WATCHED if k[0] == job}
-        summary = ingest(_files(folders), settings, IngestOptions(workers=1))
+        with Frlake(settings) as fl:
+            summary = fl.ingest(_files(folders), IngestOptions(workers=1))
         assert summary.rejected == 0, summary.rejected_files
         out.update(_as_json(settings, [k for k in WATCHED if k[0] == job]))
     return out
@@ -63,7 +64,8 @@ def test_the_same_dumps_give_the_same_diagnosis(tmp_path, reference, seed, worke
     random.Random(seed).shuffle(files)
     settings = Settings.resolve(tmp_path / "lake")
     cut = sorted(random.Random(seed).sample(range(1, len(files)), 2))
-    for batch in (files[:cut[0]], files[cut[0]:cut[1]], files[cut[1]:]):  # three runs, dumps in any order
-        summary = ingest(batch, settings, IngestOptions(workers=workers))
-        assert summary.rejected == 0, summary.rejected_files
+    with Frlake(settings) as fl:
+        for batch in (files[:cut[0]], files[cut[0]:cut[1]], files[cut[1]:]):  # three runs, dumps in any order
+            summary = fl.ingest(batch, IngestOptions(workers=workers))
+            assert summary.rejected == 0, summary.rejected_files
     assert _as_json(settings, WATCHED) == reference

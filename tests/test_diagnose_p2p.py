@@ -14,18 +14,16 @@ import sys
 
 import pytest
 
-from frlake.config import Settings
-from tests.helpers import ROOT, diagnose, ingest, load_trusted
+from tests.helpers import ROOT, load_trusted
 
 sys.path.insert(0, str(ROOT / "bench"))
 from synth import write_job  # noqa: E402
 
 
-def _diagnose_tree(tmp_path, job):
-    settings = Settings.resolve(tmp_path / "lake")
-    summary = ingest([tmp_path / "nfs"], settings)
+def _diagnose_tree(tmp_path, fl, job):
+    summary = fl.ingest([tmp_path / "nfs"])
     assert summary.rejected == 0, summary.rejected_files
-    return diagnose(settings, job, 0, store=False)
+    return fl.diagnose(job, 0, store=False)
 
 
 def _change_p2p(path, op: str, nth_from_end: int, **fields) -> dict:
@@ -40,12 +38,12 @@ def _change_p2p(path, op: str, nth_from_end: int, **fields) -> dict:
 
 
 @pytest.mark.parametrize("side", ["recv", "send"])
-def test_a_send_and_its_recv_that_disagree_on_sizes(tmp_path, side):
+def test_a_send_and_its_recv_that_disagree_on_sizes(tmp_path, side, fl):
     truth = write_job(tmp_path / "nfs", 8, 300, job="pp", seed=5, ranks_per_host=2, procs=1)
     rank = 6 if side == "recv" else 2  # pp pairs are {r, r + 4}; the low rank sends first
     path = next((tmp_path / "nfs").rglob(f"rank_{rank}"))
     before = _change_p2p(path, side, 3, input_sizes=[[3, 5]], output_sizes=[[3, 5]])
-    d = _diagnose_tree(tmp_path, "pp")
+    d = _diagnose_tree(tmp_path, fl, "pp")
     assert d.verdict == "mismatch"
     root = d.root
     assert (root.rank, root.host, root.reason, root.op) == (rank, truth["hosts"][rank // 2], "size_mismatch", side)
@@ -53,17 +51,17 @@ def test_a_send_and_its_recv_that_disagree_on_sizes(tmp_path, side):
     assert "[[3, 5]]" in root.found and "[[3, 5]]" not in root.expected
 
 
-def test_a_recv_with_another_dtype(tmp_path):
+def test_a_recv_with_another_dtype(tmp_path, fl):
     write_job(tmp_path / "nfs", 8, 300, job="pp", seed=6, ranks_per_host=2, procs=1)
     path = next((tmp_path / "nfs").rglob("rank_5"))
     _change_p2p(path, "recv", 2, input_dtypes=["Float"], output_dtypes=["Float"])
-    d = _diagnose_tree(tmp_path, "pp")
+    d = _diagnose_tree(tmp_path, fl, "pp")
     assert (d.verdict, d.root.rank, d.root.reason) == ("mismatch", 5, "dtype_mismatch")
 
 
-def test_healthy_pipeline_pairs_are_not_flagged(tmp_path):
+def test_healthy_pipeline_pairs_are_not_flagged(tmp_path, fl):
     write_job(tmp_path / "nfs", 8, 300, job="pp", seed=7, ranks_per_host=2, procs=1)
-    d = _diagnose_tree(tmp_path, "pp")
+    d = _diagnose_tree(tmp_path, fl, "pp")
     assert (d.verdict, d.culprits) == ("healthy", [])
 
 
@@ -127,31 +125,31 @@ def _steps(rank, *, odd_rank=None, odd_sizes=None, block_state="completed", step
     return ops
 
 
-def test_coalesced_blocks_of_a_healthy_job_are_one_call(tmp_path):
+def test_coalesced_blocks_of_a_healthy_job_are_one_call(tmp_path, fl):
     _write_job(tmp_path, lambda rank: _steps(rank))
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert (d.verdict, d.culprits) == ("healthy", [])
 
 
-def test_a_rank_whose_coalesced_block_differs(tmp_path):
+def test_a_rank_whose_coalesced_block_differs(tmp_path, fl):
     _write_job(tmp_path, lambda rank: _steps(rank, odd_rank=2, odd_sizes=[[[512, 64]], [[96]]]))
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert d.verdict == "mismatch"
     assert (d.root.rank, d.root.host, d.root.reason, d.root.seq) == (2, "node-1", "size_mismatch", 12)
 
 
-def test_a_rank_stuck_in_a_coalesced_block(tmp_path):
+def test_a_rank_stuck_in_a_coalesced_block(tmp_path, fl):
     def ops(rank):
         steps = _steps(rank, block_state="started" if rank != 3 else "completed")
         return steps if rank != 3 else steps[:-1]  # rank 3 never enqueued the last block
 
     _write_job(tmp_path, ops)
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert d.verdict == "hang"
     assert (d.root.rank, d.root.reason, d.root.seq) == (3, "missing", 12)
 
 
-def test_scatter_and_gather_members_hold_different_tensors(tmp_path):
+def test_scatter_and_gather_members_hold_different_tensors(tmp_path, fl):
     def ops(rank):
         whole, part = [[64, 8]], [[16, 8]]
         out = []
@@ -162,7 +160,7 @@ def test_scatter_and_gather_members_hold_different_tensors(tmp_path):
         return out
 
     _write_job(tmp_path, ops)
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert (d.verdict, d.culprits) == ("healthy", [])
 
 
@@ -172,14 +170,14 @@ def _plain_steps(rank, states):
             for seq in range(1, 11)]
 
 
-def test_a_member_that_never_started_what_the_others_completed(tmp_path):
+def test_a_member_that_never_started_what_the_others_completed(tmp_path, fl):
     _write_job(tmp_path, lambda rank: _plain_steps(rank, {(1, 6): "scheduled"}))
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert d.verdict == "mismatch"
     assert (d.root.rank, d.root.reason, d.root.seq, d.root.found) == (1, "state_mismatch", 6, "scheduled")
 
 
-def test_a_newest_collective_not_yet_seen_completed_is_not_a_mismatch(tmp_path):
+def test_a_newest_collective_not_yet_seen_completed_is_not_a_mismatch(tmp_path, fl):
     _write_job(tmp_path, lambda rank: _plain_steps(rank, {(1, 10): "scheduled", (2, 10): "started"}))
-    d = _diagnose_tree(tmp_path, "nccl")
+    d = _diagnose_tree(tmp_path, fl, "nccl")
     assert (d.verdict, d.culprits) == ("healthy", [])

@@ -49,14 +49,12 @@ def test_every_column_is_documented(table):
 
 
 @pytest.mark.slow
-def test_example_queries_run(tmp_path, corpus, views):
+def test_example_queries_run(corpus, fl):
     """Every example answers something on the corpus and the producer fixtures, beside a few bad files."""
-    from frlake.config import Settings
-    from tests.helpers import FIXTURES, ingest
+    from tests.helpers import FIXTURES
 
-    settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus, FIXTURES / "bad", FIXTURES / "producers"], settings)
-    con = views(settings.lake, settings.db_url)
+    fl.ingest([corpus, FIXTURES / "bad", FIXTURES / "producers"])
+    con = fl.connect()
     blocks = re.findall(r"```sql\n(.*?)```", SCHEMA, re.S)
     queries = [q.strip() for block in blocks for q in block.split(";") if q.strip()]
     assert len(queries) >= 9

@@ -15,7 +15,6 @@ from frlake.query.drain import DrainPolicy, drain, explain, slurm_exclude
 from frlake.query.window import Window
 from frlake.session import Frlake
 from tests.fleet import Attempt, write
-from tests.helpers import ingest
 
 # The history is dated back from the moment the tests run: the API and the page apply the policy now (a fixed
 # date made host-a decay below "exclude" three days after it, a test that failed by the calendar).
@@ -54,7 +53,8 @@ def _history() -> list[Attempt]:
 def fleet(tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("fleet")
     settings = Settings.resolve(root / "lake")
-    summary = ingest([write(root / "nfs", _history())], settings)
+    with Frlake(settings) as fl:
+        summary = fl.ingest([write(root / "nfs", _history())])
     assert summary.rejected == 0 and summary.ingested == 40 * 4 + 4 * 4 + 20 * 4 + 40 * 4 - 3 + 60
     return settings
 

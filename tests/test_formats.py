@@ -8,7 +8,8 @@ from collections import defaultdict
 import pytest
 
 from frlake.config import Settings
-from tests.helpers import FIXTURES, ingest
+from frlake.session import Frlake
+from tests.helpers import FIXTURES
 
 FORMATS = FIXTURES / "formats"
 EXPECTED = json.loads((FORMATS / "expected.json").read_text())["files"]
@@ -20,7 +21,8 @@ for _f in EXPECTED:
 @pytest.fixture(scope="module")
 def formats_lake(tmp_path_factory):
     settings = Settings.resolve(tmp_path_factory.mktemp("formats"))
-    summary = ingest(sorted(p for p in FORMATS.iterdir() if p.is_dir()), settings)
+    with Frlake(settings) as fl:
+        summary = fl.ingest(sorted(p for p in FORMATS.iterdir() if p.is_dir()))
     assert summary.rejected == 0, summary.rejected_files
     return settings
 

@@ -17,7 +17,7 @@ from frlake.diagnose.analyze import diagnose_attempt
 from frlake.ingest.parse import rank_runs
 from frlake.query import vocabulary
 from frlake.session import Frlake
-from tests.helpers import FIXTURES, ingest
+from tests.helpers import FIXTURES
 
 
 def test_runs_round_trip_any_list_within_one_and_a_half_numbers_per_rank():
@@ -36,8 +36,9 @@ def test_runs_round_trip_any_list_within_one_and_a_half_numbers_per_rank():
 def shapes_lake(tmp_path_factory, corpus) -> Settings:
     settings = Settings.resolve(tmp_path_factory.mktemp("group-runs") / "lake")
     producers = FIXTURES / "producers"
-    summary = ingest([corpus, FIXTURES / "real" / "split_group", *sorted(p for p in producers.iterdir() if p.is_dir())],
-                     settings)
+    with Frlake(settings) as fl:
+        summary = fl.ingest([corpus, FIXTURES / "real" / "split_group",
+                             *sorted(p for p in producers.iterdir() if p.is_dir())])
     assert {r["reason"] for r in summary.rejected_files} <= {"debug_server_text"}, summary.rejected_files
     return settings
 

@@ -24,7 +24,6 @@ from frlake.errors import DumpRejected
 from frlake.ingest import IngestOptions
 from frlake.ingest.sources import read_regular_file
 from frlake.session import Frlake
-from tests.helpers import ingest
 
 JOB = "job-223715"  # 4 ranks: gpu-b03 rank_0, rank_1; gpu-c04 rank_2, rank_3
 GOOD = [(JOB, 0, "gpu-b03", 0), (JOB, 0, "gpu-b03", 1), (JOB, 0, "gpu-c04", 2), (JOB, 0, "gpu-c04", 3)]
@@ -55,7 +54,7 @@ def run_python(code: str, *args: str, timeout: float = 120, prefix: list[str] = 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_non_utf8_file_and_folder_names_are_rejected_and_the_tree_ingests(tmp_path, corpus):
+def test_non_utf8_file_and_folder_names_are_rejected_and_the_tree_ingests(tmp_path, corpus, fl):
     tree = good_tree(tmp_path / "nfs", corpus)
     dump = (corpus / JOB / "attempt-0/gpu-b03/rank_0").read_bytes()
     bad_file = os.fsdecode(str(tree / JOB / "attempt-0/gpu-b03").encode() + b"/rank_\xff9")
@@ -63,27 +62,26 @@ def test_non_utf8_file_and_folder_names_are_rejected_and_the_tree_ingests(tmp_pa
     bad_folder = os.fsdecode(str(tree).encode() + b"/job-\xfe/attempt-0/gpu-a01")
     os.makedirs(bad_folder)
     (Path(bad_folder) / "rank_0").write_bytes(dump)
-    settings = Settings.resolve(tmp_path / "lake")
+    settings = fl.settings
 
-    summary = ingest([tree], settings)
+    summary = fl.ingest([tree])
     assert ingested(settings) == GOOD
     assert summary.rejected_by_reason == {"undecodable_name": 2}
     assert rejected(settings) == {
         f"{tree}/{JOB}/attempt-0/gpu-b03/rank_\\xff9": "undecodable_name",
         f"{tree}/job-\\xfe/attempt-0/gpu-a01/rank_0": "undecodable_name",
     }
-    again = ingest([tree], settings)
+    again = fl.ingest([tree])
     assert (again.ingested, again.rejected, again.unchanged, again.skipped_rejected) == (0, 0, 4, 2)
 
 
-def test_non_utf8_archive_member_name_is_rejected(tmp_path, corpus):
+def test_non_utf8_archive_member_name_is_rejected(tmp_path, corpus, fl):
     archive = tmp_path / "dumps.tar"
     with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tar:
         tar.add(corpus / JOB, arcname=JOB)
         tar.add(corpus / "job-227149", arcname=os.fsdecode(b"job-\xff"))
-    settings = Settings.resolve(tmp_path / "lake")
-    summary = ingest([archive], settings)
-    assert ingested(settings) == GOOD
+    summary = fl.ingest([archive])
+    assert ingested(fl.settings) == GOOD
     assert summary.rejected and set(summary.rejected_by_reason) == {"undecodable_name"}
     assert all("job-\\xff/" in f["path"] for f in summary.rejected_files)
 
@@ -127,10 +125,11 @@ import json, resource, sys
 resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))  # a regression fails here instead of eating the machine
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
 from frlake.ingest.sources import Source
+from frlake.session import Frlake
 swapped = Source(sys.argv[3], 0, 1, path="/dev/zero")  # a file replaced by a link to /dev/zero after the scan
-summary = ingest([sys.argv[1]], Settings.resolve(sys.argv[2]), IngestOptions(workers=1, diagnose=False), sources=[swapped])
+with Frlake(Settings.resolve(sys.argv[2])) as fl:
+    summary = fl.ingest([sys.argv[1]], IngestOptions(workers=1, diagnose=False), sources=[swapped])
 print(json.dumps(summary.to_dict()))
 """
 
@@ -149,7 +148,7 @@ def test_a_symlink_to_dev_zero_is_refused_before_reading(tmp_path, corpus):
                                   swapped: "not_regular_file"}
 
 
-def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_followed(tmp_path, corpus, views):
+def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_followed(tmp_path, corpus, fl):
     tree = good_tree(tmp_path / "nfs", corpus)
     attempt = tree / JOB / "attempt-0"
     outside = tmp_path / "elsewhere"
@@ -162,15 +161,15 @@ def test_symlink_loops_and_dangling_links_are_recorded_and_links_to_dumps_follow
     (attempt / "gpu-b03/self").symlink_to("self")  # a link to itself
     (attempt / "gpu-b03/rank_7").symlink_to(tmp_path / "gone")  # dangling
     (attempt / "gpu-z99").symlink_to(attempt / "gpu-b03")  # a second way into a folder already read
-    settings = Settings.resolve(tmp_path / "lake")
+    settings = fl.settings
 
-    summary = ingest([tree], settings)
+    summary = fl.ingest([tree])
     assert ingested(settings) == GOOD
     assert {p.removeprefix(f"{attempt}/"): r for p, r in rejected(settings).items()} == {
         "gpu-b03/up": "symlink_loop", "gpu-b03/self": "symlink_loop", "gpu-b03/rank_7": "dangling_link",
         "gpu-z99": "duplicate_folder"}
     assert summary.rejected == 4
-    con = views(settings.lake)
+    con = fl.connect()
     assert con.execute("SELECT source_path FROM dumps WHERE rank = 1").fetchone()[0] == str(attempt / "gpu-b03/rank_1")
 
 
@@ -179,8 +178,9 @@ _INGEST_RUN = """
 import json, sys
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
-summary = ingest(sys.argv[3:], Settings.resolve(sys.argv[1]), IngestOptions(workers=int(sys.argv[2]), diagnose=False))
+from frlake.session import Frlake
+with Frlake(Settings.resolve(sys.argv[1])) as fl:
+    summary = fl.ingest(sys.argv[3:], IngestOptions(workers=int(sys.argv[2]), diagnose=False))
 print(json.dumps(summary.to_dict()))
 """
 
@@ -272,13 +272,15 @@ _BOMB_RUN = """
 import json, resource, sys
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
-from tests.helpers import ingest
 from frlake.ingest.sources import ArchiveLimits
+from frlake.session import Frlake
 settings = Settings.resolve(sys.argv[2])
-ingest([sys.argv[3]], settings, IngestOptions(workers=1, isolate=True, diagnose=False))  # warm up: imports, catalog
+with Frlake(settings) as fl:
+    fl.ingest([sys.argv[3]], IngestOptions(workers=1, isolate=True, diagnose=False))  # warm up: imports, catalog
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 options = IngestOptions(workers=1, isolate=True, diagnose=False, archive=ArchiveLimits(int(sys.argv[4]), int(sys.argv[5])))
-summary = ingest([sys.argv[1]], settings, options)
+with Frlake(settings) as fl:  # a session of its own, opened inside the measurement as before
+    summary = fl.ingest([sys.argv[1]], options)
 grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 print(json.dumps({"summary": summary.to_dict(), "parent_grew_bytes": grew * 1024}))
 """
@@ -305,14 +307,14 @@ def test_an_archive_bomb_is_streamed_to_disk_and_the_parent_never_holds_members(
     assert [r for r in ingested(settings) if r[0] == JOB] == GOOD
 
 
-def test_an_archive_over_its_total_limit_stops_at_the_limit_and_leaves_no_spill(tmp_path, corpus):
+def test_an_archive_over_its_total_limit_stops_at_the_limit_and_leaves_no_spill(tmp_path, corpus, fl):
     from frlake.ingest.sources import ArchiveLimits
 
     bomb = tmp_path / "bomb.tar.gz"
     zero_bomb(bomb, corpus, 8 << 20, 6)
     lake = tmp_path / "lake"
     options = IngestOptions(workers=1, diagnose=False, archive=ArchiveLimits(16 << 20, 20 << 20))
-    summary = ingest([bomb], Settings.resolve(lake), options)
+    summary = fl.ingest([bomb], options)
     assert summary.ingested == 4  # the real dumps come first in the archive
     assert summary.rejected_by_reason["bad_archive"] == 1
     assert "more than 20,971,520 bytes" in next(f["detail"] for f in summary.rejected_files if f["reason"] == "bad_archive")

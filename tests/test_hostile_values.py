@@ -21,7 +21,7 @@ from frlake.config import Settings
 from frlake.errors import MAX_MESSAGE, REJECT_REASONS
 from frlake.ingest import IdentityOptions, IngestOptions, Limits
 from frlake.session import Frlake
-from tests.helpers import ROOT, ingest
+from tests.helpers import ROOT
 
 GOOD = [f"job-223715/attempt-0/gpu-b03/rank_{r}" for r in (0, 1)] + ["job-f70c5d/attempt-2/gpu-b04/rank_2.json"]
 LAYOUT = IdentityOptions(layout="{job}/attempt-{attempt}/{host}/{*}rank_{rank}")
@@ -146,14 +146,13 @@ def _catalog_files(settings: Settings):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_each_hostile_value_is_rejected_with_its_reason_and_the_rest_ingests(tmp_path, corpus, workers):
+def test_each_hostile_value_is_rejected_with_its_reason_and_the_rest_ingests(tmp_path, corpus, workers, fl):
     expected, good = _tree(tmp_path / "nfs", corpus)
     assert len(expected) >= 45
-    settings = Settings.resolve(tmp_path / "lake")
     options = IngestOptions(identity=LAYOUT, workers=workers, diagnose=False)
-    summary = ingest([tmp_path / "nfs"], settings, options)
+    summary = fl.ingest([tmp_path / "nfs"], options)
 
-    files = {Path(f.path).name: f for f in _catalog_files(settings)}
+    files = {Path(f.path).name: f for f in _catalog_files(fl.settings)}
     rejected = {name: f.reason for name, f in files.items() if f.status == "rejected"}
     assert rejected == expected
     assert sorted(name for name, f in files.items() if f.status == "ingested") == sorted(good)
@@ -164,21 +163,21 @@ def test_each_hostile_value_is_rejected_with_its_reason_and_the_rest_ingests(tmp
     shared = files[next(n for n in files if "shared_tuple_key" in n)]
     assert "pg_status key" in shared.detail and "tuple" in shared.detail
 
-    again = ingest([tmp_path / "nfs"], settings, options)
+    again = fl.ingest([tmp_path / "nfs"], options)
     assert (again.unchanged, again.skipped_rejected, again.ingested, again.rejected) == (
         len(good), len(expected), 0, 0), "a rejection is not read again by the same frlake with the same options"
-    forced = ingest([tmp_path / "nfs"], settings, IngestOptions(identity=LAYOUT, workers=workers, force=True, diagnose=False))
+    forced = fl.ingest([tmp_path / "nfs"], IngestOptions(identity=LAYOUT, workers=workers, force=True, diagnose=False))
     assert (forced.ingested, forced.already_present, forced.rejected_by_reason) == (
         0, len(good), {r: list(expected.values()).count(r) for r in set(expected.values())})
 
 
-def test_an_upload_with_a_hostile_value_keeps_the_good_files(tmp_path, corpus):
+def test_an_upload_with_a_hostile_value_keeps_the_good_files(corpus, fl):
     bad = _bad_files()
     files = [("rank_5", bad["status_infinity.pkl"][0]), ("rank_6", bad["frame_surrogate.json"][0]),
              ("rank_1", (corpus / GOOD[1]).read_bytes())]
     options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,
                             diagnose=False)
-    summary = Frlake(Settings.resolve(tmp_path / "lake")).ingest_upload(files, options)
+    summary = fl.ingest_upload(files, options)
     assert summary.ingested == 1
     assert summary.rejected_by_reason == {"bad_value": 1, "bad_text": 1}
 
@@ -232,7 +231,7 @@ class _PeakRss(threading.Thread):
 
 
 @pytest.mark.slow
-def test_a_dump_over_the_memory_budget_is_rejected_and_its_worker_goes_on(tmp_path, corpus):
+def test_a_dump_over_the_memory_budget_is_rejected_and_its_worker_goes_on(tmp_path, corpus, fl):
     budget = 96 << 20
     folder = tmp_path / "nfs" / "job-m" / "attempt-0" / "host-a"
     folder.mkdir(parents=True)
@@ -241,15 +240,15 @@ def test_a_dump_over_the_memory_budget_is_rejected_and_its_worker_goes_on(tmp_pa
     (folder / "a_rank_9").write_bytes(big)
     for rank in (0, 1):
         shutil.copy(corpus / GOOD[rank], folder / f"z_rank_{rank}")
-    settings = Settings.resolve(tmp_path / "lake")
     # The file cap is set high so that the budget, not the cap, is what stops the file.
     limits = Limits(memory_bytes=budget, max_file_bytes=1 << 30)
     options = IngestOptions(identity=LAYOUT, workers=2, limits=limits, chunk_files=8, diagnose=False)
-    ingest([], Settings.resolve(tmp_path / "warm"), options)  # start the forkserver before watching its children
+    with Frlake(Settings.resolve(tmp_path / "warm")) as warm:
+        warm.ingest([], options)  # start the forkserver before watching its children
     watch = _PeakRss()
     watch.start()
     try:
-        summary = ingest([tmp_path / "nfs"], settings, options)
+        summary = fl.ingest([tmp_path / "nfs"], options)
     finally:
         watch.stop.set()
         watch.join()
@@ -260,7 +259,7 @@ def test_a_dump_over_the_memory_budget_is_rejected_and_its_worker_goes_on(tmp_pa
     print(f"peak worker RSS {watch.peak / 2**20:.0f} MiB with a {budget >> 20} MiB budget")
     assert 0 < watch.peak < budget + (200 << 20)  # the worker's own baseline (pyarrow, SQLAlchemy) is ~100 MiB
     # The same file ingests under the default budget of this machine.
-    again = ingest([tmp_path / "nfs"], settings, IngestOptions(identity=LAYOUT, workers=2, force=True, diagnose=False))
+    again = fl.ingest([tmp_path / "nfs"], IngestOptions(identity=LAYOUT, workers=2, force=True, diagnose=False))
     assert again.ingested == 1
 
 

@@ -9,10 +9,8 @@ import shutil
 
 import pytest
 
-from frlake.config import Settings
 from frlake.ingest import IdentityOptions, IngestOptions
-from frlake.session import Frlake
-from tests.helpers import diagnose, ingest, load_trusted
+from tests.helpers import load_trusted
 
 PATH_RE = re.compile(r"(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/(?P<host>[^/]+)/rank_(?P<rank>\d+)(\.json)?$")
 
@@ -72,59 +70,54 @@ def test_fields_survive_both_encodings(corpus, corpus_lake, views):
 
 
 @pytest.mark.slow
-def test_reingest_adds_nothing(tmp_path, corpus, views):
-    settings = Settings.resolve(tmp_path / "lake")
-    first = ingest([corpus], settings)
+def test_reingest_adds_nothing(corpus, fl):
+    first = fl.ingest([corpus])
     assert first.ingested == 167
-    again = ingest([corpus], settings)
+    again = fl.ingest([corpus])
     assert (again.ingested, again.unchanged, again.rejected) == (0, 167, 0)
-    forced = ingest([corpus], settings, IngestOptions(force=True))
+    forced = fl.ingest([corpus], IngestOptions(force=True))
     assert (forced.ingested, forced.already_present) == (0, 167)
-    con = views(settings.lake)
+    con = fl.connect()
     assert con.execute("SELECT count(*) FROM dumps").fetchone()[0] == 167
     assert con.execute("SELECT count(*) FROM entries").fetchone()[0] == first.entries
 
 
-def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus):
+def test_truncated_file_is_rejected_and_others_ingested(tmp_path, corpus, fl):
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715", tree / "job-223715")
     victim = tree / "job-223715/attempt-0/gpu-b03/rank_1"
     whole = victim.read_bytes()
     victim.write_bytes(whole[: len(whole) // 2])
-    settings = Settings.resolve(tmp_path / "lake")
-    summary = ingest([tree], settings)
+    summary = fl.ingest([tree])
     assert summary.rejected == 1 and summary.ingested == 3
     assert summary.rejected_files[0]["reason"] == "truncated"
-    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
-        rejected = fl.catalog.files.records(status="rejected")
-        assert [(r.path, r.reason) for r in rejected] == [(str(victim), "truncated")]
-        # unchanged bytes are not retried; once the write completes the file is ingested
-        assert ingest([tree], settings).rejected == 0
-        victim.write_bytes(whole)
-        later = ingest([tree], settings)
-        assert (later.ingested, later.unchanged) == (1, 3)
-        assert fl.catalog.files.records(status="rejected") == []
+    rejected = fl.catalog.files.records(status="rejected")
+    assert [(r.path, r.reason) for r in rejected] == [(str(victim), "truncated")]
+    # unchanged bytes are not retried; once the write completes the file is ingested
+    assert fl.ingest([tree]).rejected == 0
+    victim.write_bytes(whole)
+    later = fl.ingest([tree])
+    assert (later.ingested, later.unchanged) == (1, 3)
+    assert fl.catalog.files.records(status="rejected") == []
 
 
 @pytest.mark.slow
-def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus, views):
+def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_path, corpus, fl):
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715", tree / "job-223715")
-    settings = Settings.resolve(tmp_path / "lake")
-    ingest([tree], settings)
+    fl.ingest([tree])
     # the same bytes under another attempt: that attempt holds them too (the raw bytes stay stored once)
     shutil.copytree(tree / "job-223715/attempt-0", tree / "job-223715/attempt-9")
-    second = ingest([tree], settings)
+    second = fl.ingest([tree])
     assert (second.ingested, second.already_present) == (4, 0)
-    assert len(list((settings.lake / "raw").rglob("*.zst"))) == 4
-    diag = diagnose(settings, "job-223715", 9)
+    assert len(list((fl.settings.lake / "raw").rglob("*.zst"))) == 4
+    diag = fl.diagnose("job-223715", 9)
     assert sorted(diag.ranks_dumped) == [0, 1, 2, 3] and diag.ranks_missing_dump == []
     # a copy within the same attempt is a duplicate, and the record names who holds the bytes
     shutil.copytree(tree / "job-223715/attempt-9", tree / "copies/job-223715/attempt-9")
-    dup = ingest([tree], settings)
+    dup = fl.ingest([tree])
     assert (dup.ingested, dup.already_present) == (0, 4)
-    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
-        copies = [f for f in fl.catalog.files.records() if "/copies/" in f.path]
+    copies = [f for f in fl.catalog.files.records() if "/copies/" in f.path]
     assert {f.status for f in copies} == {"duplicate"} and {f.attempt for f in copies} == {9}
     assert all("already in the lake as job 'job-223715' attempt 9" in f.detail for f in copies)
     # new bytes at a known path: a new version
@@ -134,21 +127,19 @@ def test_rewritten_file_is_a_new_version_and_copies_are_not_ingested_twice(tmp_p
 
     target.write_bytes(pickle.dumps(other))
     os.utime(target, ns=(1, 1))
-    newer = ingest([tree], settings)
+    newer = fl.ingest([tree])
     assert newer.ingested == 1
-    with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl:
-        files = {f.path: f for f in fl.catalog.files.records()}
+    files = {f.path: f for f in fl.catalog.files.records()}
     assert files[str(target)].status == "ingested"
-    con = views(settings.lake)
+    con = fl.connect()
     assert con.execute(f"SELECT count(*) FROM dumps WHERE source_path = '{target}'").fetchone()[0] == 2
 
 
-def test_explicit_options_win_over_the_layout(tmp_path, corpus, views):
-    settings = Settings.resolve(tmp_path / "lake")
+def test_explicit_options_win_over_the_layout(corpus, fl):
     src = corpus / "job-223715/attempt-0"
-    summary = ingest([src], settings, IngestOptions(identity=IdentityOptions(job="renamed", attempt=5)))
+    summary = fl.ingest([src], IngestOptions(identity=IdentityOptions(job="renamed", attempt=5)))
     assert summary.ingested == 4
-    con = views(settings.lake)
+    con = fl.connect()
     assert con.execute("SELECT DISTINCT job, attempt FROM dumps").fetchall() == [("renamed", 5)]
     assert sorted(con.execute("SELECT rank, host FROM dumps").fetchall()) == [
         (0, "gpu-b03"), (1, "gpu-b03"), (2, "gpu-c04"), (3, "gpu-c04")]

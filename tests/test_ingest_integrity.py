@@ -24,7 +24,6 @@ from frlake.errors import LakeLocked
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.session import Frlake
 from frlake.storage.lake import Lake
-from tests.helpers import diagnose, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,12 +37,14 @@ def _copy_attempt(corpus: Path, dst: Path, job: str, attempt: int) -> Path:
 @pytest.mark.slow
 def test_a_run_killed_before_diagnosing_is_diagnosed_by_the_next(lake, corpus):
     # diagnose=False leaves the catalog exactly as a kill -9 between the commit and the diagnosis does
-    summary = ingest([corpus / "job-223715", corpus / "job-f70c5d"], lake, IngestOptions(diagnose=False))
+    with Frlake(lake) as run:
+        summary = run.ingest([corpus / "job-223715", corpus / "job-f70c5d"], IngestOptions(diagnose=False))
     assert summary.ingested == 28 and summary.diagnosed == []
     with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
         diagnoses = fl.catalog.diagnoses
         assert diagnoses.pending() == [("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
-        again = ingest([corpus / "job-223715"], lake)  # nothing new to read, but the pending attempts are finished
+        with Frlake(lake) as run:  # the next run, a session of its own beside the reader's
+            again = run.ingest([corpus / "job-223715"])  # nothing new to read, but the pending attempts are finished
         assert again.ingested == 0 and again.unchanged == 4
         assert sorted((d.job, d.attempt) for d in again.diagnosed) == [
             ("job-223715", 0), ("job-f70c5d", 0), ("job-f70c5d", 1), ("job-f70c5d", 2)]
@@ -57,15 +58,18 @@ def test_new_dumps_make_a_stored_diagnosis_pending_again(lake, corpus, tmp_path)
     late = attempt / "gpu-c04" / "rank_3"
     held = tmp_path / "rank_3"
     shutil.move(late, held)  # rank 3 arrives late
-    ingest([tree], lake)
+    with Frlake(lake) as run:
+        run.ingest([tree])
     with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
         diagnoses = fl.catalog.diagnoses
         assert diagnoses.pending() == []
         assert diagnoses.get("job-223715", 0).ranks_missing_dump == [3]
         shutil.move(held, late)
-        ingest([tree], lake, IngestOptions(diagnose=False))
+        with Frlake(lake) as run:  # runs in sessions of their own: the reader's sees what they commit
+            run.ingest([tree], IngestOptions(diagnose=False))
         assert diagnoses.pending() == [("job-223715", 0)]
-        ingest([tree], lake)
+        with Frlake(lake) as run:
+            run.ingest([tree])
         assert diagnoses.pending() == []
         assert diagnoses.get("job-223715", 0).ranks_missing_dump == []
 
@@ -127,14 +131,14 @@ def test_three_concurrent_first_ingests_create_the_catalog_once(backend, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("job", ["__HIVE_DEFAULT_PARTITION__", "team/a b", "100%", "null"])
-def test_job_names_round_trip_through_the_partition_folders(lake, corpus, job, views):
-    ingest([corpus / "job-223715" / "attempt-0"], lake,
-           IngestOptions(identity=IdentityOptions(job=job, attempt=0, layout="{host}/rank_{rank}")))
-    con = views(lake.lake, lake.db_url)
+def test_job_names_round_trip_through_the_partition_folders(corpus, job, fl):
+    fl.ingest([corpus / "job-223715" / "attempt-0"],
+              IngestOptions(identity=IdentityOptions(job=job, attempt=0, layout="{host}/rank_{rank}")))
+    con = fl.connect()
     assert con.execute("SELECT DISTINCT job FROM entries").fetchall() == [(job,)]
     assert con.execute("SELECT count(*) FROM dumps WHERE job = ?", [job]).fetchone()[0] == 4
     con.close()
-    d = diagnose(lake, job, 0)
+    d = fl.diagnose(job, 0)
     assert (d.verdict, d.root.rank, d.root.host) == ("hang", 1, "gpu-b03")
 
 
@@ -143,8 +147,8 @@ def _other_bytes_of(path: Path, dst: Path) -> None:
     dst.write_bytes(pickle.dumps(pickle.loads(path.read_bytes()), protocol=2))  # trusted: a corpus file
 
 
-def _diagnosis_json(settings: Settings, job: str, attempt: int) -> str:
-    d = diagnose(settings, job, attempt, store=False).to_dict()
+def _diagnosis_json(fl: Frlake, job: str, attempt: int) -> str:
+    d = fl.diagnose(job, attempt, store=False).to_dict()
     d.pop("seconds")
     return json.dumps(d, sort_keys=True, default=str)
 
@@ -163,15 +167,16 @@ def test_a_second_dump_of_a_rank_is_kept_shown_and_read_by_a_stated_rule(tmp_pat
     answers = {}
     for name, runs in orders.items():
         settings = Settings.resolve(tmp_path / name.replace(" ", "-"))
-        summaries = [ingest(paths, settings) for paths in runs]
-        assert sum(s.ingested for s in summaries) == 5
-        assert summaries[-1].conflicts == [{"job": "job-e211c0", "attempt": 0, "rank": 2, "dumps": 2}]
-        con = views(settings.lake, settings.db_url)
-        (row,) = con.execute("SELECT job, attempt, rank, dumps, candidates FROM dump_conflicts").fetchall()
-        assert row[:4] == ("job-e211c0", 0, 2, 2)
-        assert row[4][0]["source_path"].endswith("extra/job-e211c0/attempt-0/gpu-d02/rank_2")  # the newest first
-        con.close()
-        answers[name] = _diagnosis_json(settings, "job-e211c0", 0)
+        with Frlake(settings) as fl:
+            summaries = [fl.ingest(paths) for paths in runs]
+            assert sum(s.ingested for s in summaries) == 5
+            assert summaries[-1].conflicts == [{"job": "job-e211c0", "attempt": 0, "rank": 2, "dumps": 2}]
+            con = views(settings.lake, settings.db_url)
+            (row,) = con.execute("SELECT job, attempt, rank, dumps, candidates FROM dump_conflicts").fetchall()
+            assert row[:4] == ("job-e211c0", 0, 2, 2)
+            assert row[4][0]["source_path"].endswith("extra/job-e211c0/attempt-0/gpu-d02/rank_2")  # the newest first
+            con.close()
+            answers[name] = _diagnosis_json(fl, "job-e211c0", 0)
         assert json.loads(answers[name])["several_dumps"] == [{"rank": 2, "dumps": 2}]
     assert len(set(answers.values())) == 1, "the same dumps give the same diagnosis whatever the order of ingest"
 
@@ -184,9 +189,11 @@ def test_the_write_lock_is_held_only_to_publish(lake, corpus, tmp_path):
 
     def progress(step) -> None:
         if step.phase == "reading" and step.done and not inner:  # between two batches
-            inner.append(ingest([corpus / "job-e211c0"], other, IngestOptions(lock_timeout_s=5)))
+            with Frlake(other) as second:
+                inner.append(second.ingest([corpus / "job-e211c0"], IngestOptions(lock_timeout_s=5)))
 
-    ingest([corpus / "job-223715"], lake, IngestOptions(chunk_files=1), progress)
+    with Frlake(lake) as first:
+        first.ingest([corpus / "job-223715"], IngestOptions(chunk_files=1), progress)
     assert inner and inner[0].ingested == 12
     with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
         assert {j for j, _ in fl.catalog.attempts.keys()} == {"job-223715", "job-e211c0"}
@@ -197,22 +204,25 @@ def test_a_busy_lake_makes_ingest_wait_then_fail_clearly(lake, corpus):
     Lake(lake.lake).create()
     with Lake(lake.lake).write_lock():
         started = time.monotonic()
-        with pytest.raises(LakeLocked, match="busy"):
-            ingest([corpus / "job-223715"], lake, IngestOptions(lock_timeout_s=0.5))
+        with Frlake(lake) as fl, pytest.raises(LakeLocked, match="busy"):
+            fl.ingest([corpus / "job-223715"], IngestOptions(lock_timeout_s=0.5))
         assert 0.4 < time.monotonic() - started < 5
-    assert ingest([corpus / "job-223715"], lake).ingested == 4
+    with Frlake(lake) as fl:
+        assert fl.ingest([corpus / "job-223715"]).ingested == 4
 
 
 @pytest.mark.slow
 def test_a_dead_runs_leftovers_are_removed_and_a_live_runs_kept(lake, corpus):
-    ingest([corpus / "job-223715"], lake)
+    with Frlake(lake) as fl:
+        fl.ingest([corpus / "job-223715"])
     root = Lake(lake.lake)
     dead = root.root / ".staging" / "run-999"
     dead.mkdir()
     (dead / "x.parquet.tmp").write_bytes(b"left by a killed run")
     with root.run_staging(1000) as live:
         (live.staging / "y.parquet.tmp").write_bytes(b"being written")
-        ingest([corpus / "job-e211c0"], lake)
+        with Frlake(lake) as fl:
+            fl.ingest([corpus / "job-e211c0"])
         assert not dead.exists()
         assert (live.staging / "y.parquet.tmp").exists()
     assert not (root.root / ".staging" / "run-1000").exists()
@@ -225,9 +235,11 @@ def test_a_lake_made_again_at_the_same_path_in_one_process_gets_every_dump(tmp_p
     catalog, not the first's through a connection the process kept, and ingests every dump again."""
     src = _copy_attempt(corpus, tmp_path / "nfs", "job-20d6d4", 0)
     settings = Settings.resolve(tmp_path / "lake")
-    first = ingest([src], settings, IngestOptions(workers=1))
+    with Frlake(settings) as fl:
+        first = fl.ingest([src], IngestOptions(workers=1))
     shutil.rmtree(tmp_path / "lake")
-    again = ingest([src], settings, IngestOptions(workers=1))
+    with Frlake(settings) as fl:  # a second session, as a second command in the same process
+        again = fl.ingest([src], IngestOptions(workers=1))
     assert first.ingested > 0 and again.ingested == first.ingested and again.already_present == 0
 
 
@@ -267,13 +279,14 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, name, fail_once_there)
-    with pytest.raises(OSError, match="the disk went away"):
-        ingest([corpus], lake, IngestOptions(chunk_files=4, diagnose=False))
+    with Frlake(lake) as fl, pytest.raises(OSError, match="the disk went away"):
+        fl.ingest([corpus], IngestOptions(chunk_files=4, diagnose=False))
     monkeypatch.setattr(module, name, real)
     with Frlake.open(lake.lake, lake.db_url, must_exist=True) as fl:
         assert len(fl.catalog.files.records()) == 8  # two batches of four files
     assert not any(p.is_file() for p in (lake.lake / ".staging").rglob("*") if "lock" not in p.name)
-    summary = ingest([corpus], lake, IngestOptions(chunk_files=4))
+    with Frlake(lake) as fl:
+        summary = fl.ingest([corpus], IngestOptions(chunk_files=4))
     total = len([p for p in corpus.rglob("rank_*") if p.is_file()])
     assert summary.unchanged == 8 and summary.rejected == 0
     assert summary.ingested + summary.already_present == total - 8

@@ -18,7 +18,7 @@ from frlake.session import Frlake
 from frlake.storage.compact import CompactOptions
 from frlake.storage.files import LakeFiles
 from frlake.storage.forget import ForgetOptions
-from tests.helpers import assert_lake_is_clean, ingest, snapshot, visible_parquet
+from tests.helpers import assert_lake_is_clean, snapshot, visible_parquet
 
 JOB = "job-f70c5d"  # 3 attempts of 8 ranks each
 NOW = ForgetOptions(retire_grace_s=0)
@@ -46,7 +46,8 @@ def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpu
     settings = Settings.resolve(tmp_path / "lake")
     first = _cli(settings, "ingest", str(flat), "--workers", "1")
     assert first.exit_code == 4, first.output
-    again = ingest([flat], settings)
+    with Frlake(settings) as fl:
+        again = fl.ingest([flat])
     assert (again.rejected, again.skipped_rejected, again.unchanged) == (0, 4, 0)
     fixed = _cli(settings, "ingest", str(flat), "--job", "j1", "--attempt", "0", "--host", "nodeX", "--workers", "1")
     assert fixed.exit_code == 0, fixed.output
@@ -61,16 +62,19 @@ def test_other_rejections_are_skipped_unread_until_retried(tmp_path, corpus):
     tree.mkdir(parents=True)
     (tree / "rank_0").write_bytes((corpus / "job-223715/attempt-0/gpu-b03/rank_0").read_bytes()[:100])
     settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tmp_path / "nfs"], settings).rejected == 1
+    with Frlake(settings) as fl:
+        assert fl.ingest([tmp_path / "nfs"]).rejected == 1
     result = _cli(settings, "ingest", str(tmp_path / "nfs"), "--workers", "1")
     assert result.exit_code == 0 and "1 files rejected before were skipped unread" in result.output
     assert "--retry-rejected" in result.output
-    retried = ingest([tmp_path / "nfs"], settings, IngestOptions(retry_rejected=True))
+    with Frlake(settings) as fl:
+        retried = fl.ingest([tmp_path / "nfs"], IngestOptions(retry_rejected=True))
     assert (retried.rejected, retried.skipped_rejected) == (1, 0)
     # a newer frlake judges every rejection again (the catalog says which frlake judged it)
     with Frlake.open(settings.lake, settings.db_url, must_exist=True) as fl, fl.catalog.engine.begin() as conn:
         conn.execute(text("UPDATE files SET frlake_version = '0.0.1'"))
-    assert ingest([tmp_path / "nfs"], settings).rejected == 1
+    with Frlake(settings) as fl:
+        assert fl.ingest([tmp_path / "nfs"]).rejected == 1
 
 
 def test_an_unreadable_file_is_retried_every_run(tmp_path, corpus):
@@ -84,16 +88,19 @@ def test_an_unreadable_file_is_retried_every_run(tmp_path, corpus):
     shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_0", target)
     target.chmod(0)
     settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tmp_path / "nfs"], settings).rejected_by_reason == {"unreadable": 1}
+    with Frlake(settings) as fl:
+        assert fl.ingest([tmp_path / "nfs"]).rejected_by_reason == {"unreadable": 1}
     target.chmod(0o644)  # chmod leaves the mtime alone
-    assert ingest([tmp_path / "nfs"], settings).ingested == 1
+    with Frlake(settings) as fl:
+        assert fl.ingest([tmp_path / "nfs"]).ingested == 1
 
 
 # -- forget -------------------------------------------------------------------
 @pytest.mark.slow
 def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
-    ingest([tree], settings, IngestOptions(chunk_files=3))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=3))
     with Frlake(settings) as fl:
         dry = fl.forget(job=JOB, attempt=1, options=ForgetOptions(dry_run=True))
         assert (dry.dumps, dry.attempts_removed) == (8, [(JOB, 1)])
@@ -108,7 +115,8 @@ def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path
     # the same as a lake that never held the attempt (but for the forgotten files' records)
     shutil.rmtree(tree / JOB / "attempt-1")
     clean = Settings.resolve(tmp_path / "clean")
-    ingest([tree], clean)
+    with Frlake(clean) as fl:
+        fl.ingest([tree])
     got, want = snapshot(settings), snapshot(clean)
     assert {k: v for k, v in got.items() if k != "catalog_files"} == {k: v for k, v in want.items() if k != "catalog_files"}
     forgotten = [f for f in got["catalog_files"] if f[1] == "forgotten"]
@@ -117,12 +125,15 @@ def test_forget_an_attempt_leaves_the_lake_of_a_clean_ingest_without_it(tmp_path
 
 def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity(tmp_path, corpus, views):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings, IngestOptions(identity=IdentityOptions(job="wrong")))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(identity=IdentityOptions(job="wrong")))
     with Frlake(settings) as fl:
         fl.forget(job="wrong", options=NOW)
-    cron = ingest([tree], settings, IngestOptions(identity=IdentityOptions(job="wrong")))
+    with Frlake(settings) as fl:
+        cron = fl.ingest([tree], IngestOptions(identity=IdentityOptions(job="wrong")))
     assert (cron.ingested, cron.skipped_forgotten) == (0, 4), "retention is not undone by the next cron run"
-    right = ingest([tree], settings)
+    with Frlake(settings) as fl:
+        right = fl.ingest([tree])
     assert right.ingested == 4
     con = views(settings.lake)
     assert con.execute("SELECT DISTINCT job FROM dumps").fetchall() == [("job-223715",)]
@@ -132,7 +143,8 @@ def test_forgotten_files_stay_out_of_cron_and_come_back_under_the_right_identity
 @pytest.mark.slow
 def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
-    ingest([tree], settings, IngestOptions(chunk_files=3))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=3))
     host = tree / JOB / "attempt-0/gpu-a02"
     with Frlake(settings) as fl:
         before = fl.catalog.attempts.revision(JOB, 0)
@@ -144,7 +156,8 @@ def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, co
     assert_lake_is_clean(settings)
     shutil.rmtree(host)
     clean = Settings.resolve(tmp_path / "clean")
-    ingest([tree], clean)
+    with Frlake(clean) as fl:
+        fl.ingest([tree])
     got, want = snapshot(settings), snapshot(clean)
     for table in ("entries", "dumps", "groups", "pg_status"):
         assert got[table] == want[table], table
@@ -153,7 +166,8 @@ def test_forget_by_path_rewrites_the_attempt_and_diagnoses_it_again(tmp_path, co
 @pytest.mark.slow
 def test_forget_by_age(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     old = _cli(settings, "forget", "--before", "1971-01-01", "--format", "json")
     assert old.exit_code == 0 and '"dumps": 0' in old.output
     everything = _cli(settings, "forget", "--older-than", "0s", "--grace", "0s")
@@ -168,7 +182,8 @@ def test_forget_by_age(tmp_path, corpus):
 
 def test_forget_needs_a_selection(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     result = _cli(settings, "forget")
     assert result.exit_code == 2 and "say what to forget" in result.output
     assert _cli(settings, "forget", "--older-than", "ninety days").exit_code == 2
@@ -178,7 +193,8 @@ def test_forget_needs_a_selection(tmp_path, corpus):
 @pytest.mark.slow
 def test_compact_merges_small_files_and_keeps_every_row(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus)
-    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=None))
     before = snapshot(settings)
     with Frlake(settings) as fl:
         n_before = len(LakeFiles(fl.catalog).committed())
@@ -203,7 +219,8 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
     order, the same files as one after the other. When one of them cannot be written (a file of its group is
     damaged), no merged file is kept nor published, and the compaction completes once the file is whole again."""
     tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))
-    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None, diagnose=False))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=None, diagnose=False))
     before = snapshot(settings)
     with Frlake(settings) as fl:
         files = [f for f in LakeFiles(fl.catalog).committed("entries") if (f.job, f.attempt) == (JOB, 0)]
@@ -230,7 +247,8 @@ def test_a_partition_merged_into_several_files_keeps_every_row_in_order_and_a_fa
 def test_compaction_writes_the_current_schema(tmp_path, corpus):
     """A file from an older frlake (a column missing) is read with NULLs for it."""
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings, IngestOptions(chunk_files=2, compact_min_files=None))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=2, compact_min_files=None))
     with Frlake(settings) as fl:
         old = LakeFiles(fl.catalog).committed("dumps")[0]
         path = settings.lake / old.readable
@@ -246,7 +264,8 @@ def test_compaction_writes_the_current_schema(tmp_path, corpus):
 @pytest.mark.slow
 def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))
-    summary = ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=4))
+    with Frlake(settings) as fl:
+        summary = fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=4))
     assert summary.compacted > 0
     with Frlake(settings) as fl:
         for table, job, attempt, n in LakeFiles(fl.catalog).partition_file_counts(min_files=1):
@@ -256,7 +275,8 @@ def test_ingest_compacts_the_attempts_it_touched(tmp_path, corpus):
 
 def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wrote(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=(JOB,))  # 3 attempts of 8 dumps, in path order
-    summary = ingest([tree], settings, IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
+    with Frlake(settings) as fl:
+        summary = fl.ingest([tree], IngestOptions(chunk_files=4, compact_min_files=4, diagnose=False))
     assert summary.compacted == 0
     with Frlake(settings) as fl:
         counts = {(table, attempt): n
@@ -269,7 +289,8 @@ def test_one_worker_keeps_its_batches_whole_so_a_run_compacts_nothing_it_just_wr
 @pytest.mark.slow
 def test_compact_command(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=None))
     dry = _cli(settings, "compact", "--dry-run")
     assert dry.exit_code == 0 and "would merge 24 files of 6 partitions" in dry.output, dry.output
     done = _cli(settings, "compact", "--job", "job-223715", "--grace", "0s", "--format", "json")
@@ -290,7 +311,8 @@ def test_a_busy_lake_makes_ingest_exit_1_with_a_clear_message(tmp_path, corpus):
     from frlake.storage.lake import Lake
 
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     with Lake(settings.lake).write_lock():
         result = _cli(settings, "ingest", str(tree), "--lock-timeout", "0.2s", "--force", "--workers", "1")
         forget = _cli(settings, "forget", "--job", "job-223715", "--lock-timeout", "0.2s")
@@ -300,7 +322,8 @@ def test_a_busy_lake_makes_ingest_exit_1_with_a_clear_message(tmp_path, corpus):
 
 def test_downgrade_that_loses_data_asks_first(tmp_path, corpus):
     tree, settings = _many_files(tmp_path, corpus, jobs=("job-223715",))
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     refused = _cli(settings, "db", "downgrade", "0004")
     assert refused.exit_code == 1 and "--yes" in refused.output and "second identities" in refused.output.replace("\n", " ")
     assert _cli(settings, "db", "current").output.startswith(f"current {head_revision()}")

@@ -19,7 +19,7 @@ import pytest
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.session import Frlake
-from tests.helpers import assert_lake_is_clean, assert_outside_readers_see_only_committed, ingest, snapshot
+from tests.helpers import assert_lake_is_clean, assert_outside_readers_see_only_committed, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -61,14 +61,16 @@ def test_kill_a_lifecycle_command_then_rerun(tmp_path, corpus, any_db, operation
     rng = random.Random(f"{operation}-{trial}")
     tree = _tree(tmp_path, corpus)
     settings = any_db
-    ingest([tree], settings, IngestOptions(chunk_files=1, compact_min_files=None, workers=2))
+    with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(chunk_files=1, compact_min_files=None, workers=2))
     if operation == "compact":
         expected = _tables(snapshot(settings))
         args = ["compact", "--grace", "0s"]
     else:
         gone = "job-f70c5d" if operation == "forget-job" else HOST
         clean = Settings.resolve(tmp_path / "clean")
-        ingest(_files_but(tree, gone), clean)
+        with Frlake(clean) as fl:
+            fl.ingest(_files_but(tree, gone))
         expected = _tables(snapshot(clean))
         args = (["forget", "--job", "job-f70c5d"] if operation == "forget-job"
                 else ["forget", "--path", str(tree / HOST)]) + ["--grace", "0s"]

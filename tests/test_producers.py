@@ -14,7 +14,7 @@ from frlake.config import Settings
 from frlake.ingest.identity import IdentityOptions, IdentityResolver, name_time_ns
 from frlake.ingest.pipeline import IngestOptions
 from frlake.session import Frlake
-from tests.helpers import FIXTURES, diagnose, ingest
+from tests.helpers import FIXTURES
 
 PRODUCERS = FIXTURES / "producers"
 
@@ -45,15 +45,23 @@ pytestmark = pytest.mark.slow  # every test reads a lake of every producer's sha
 @pytest.fixture(scope="module")
 def producers_lake(tmp_path_factory):
     settings = Settings.resolve(tmp_path_factory.mktemp("producers") / "lake")
-    summary = ingest([PRODUCERS], settings)
+    with Frlake(settings) as fl:
+        summary = fl.ingest([PRODUCERS])
     assert summary.rejected_by_reason.get("debug_server_text") == 3  # torchcomms_health_check x2, fr_trace
     return settings
 
 
+@pytest.fixture
+def producers_fl(producers_lake) -> Frlake:
+    """A session over the producers' lake for one test."""
+    with Frlake(producers_lake) as fl:
+        yield fl
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[1]}-{c[2]}")
-def test_each_producer_gets_its_verdict_and_culprit(producers_lake, case):
+def test_each_producer_gets_its_verdict_and_culprit(producers_fl, case):
     _, job, attempt, verdict, rank, host, reason, evidence = case
-    d = diagnose(producers_lake, job, attempt, store=False)
+    d = producers_fl.diagnose(job, attempt, store=False)
     assert d.verdict == verdict, d.summary
     if rank is None:
         assert d.culprits == []
@@ -77,7 +85,7 @@ def test_dumps_without_entries_are_ingested_with_their_pg_status(producers_lake)
         assert con.execute("SELECT count(DISTINCT sha256) FROM dumps WHERE job = 'job-nocoll'").fetchone() == (3,)
 
 
-def test_the_newest_snapshot_is_read_whatever_the_order_of_ingest_or_the_mtimes(tmp_path):
+def test_the_newest_snapshot_is_read_whatever_the_order_of_ingest_or_the_mtimes(tmp_path, fl):
     """The old snapshots (10 s in) look like a job at work; the new ones (700 s in) are over the timeout.
     Ingested newest first, the old files touched last (newest mtime): the diagnosis still reads the newest."""
     src = shutil.copytree(PRODUCERS / "snapshots/job-snap/attempt-0", tmp_path / "in/job-snap/attempt-0")
@@ -85,27 +93,25 @@ def test_the_newest_snapshot_is_read_whatever_the_order_of_ingest_or_the_mtimes(
     new = sorted(src.glob("*/trace_rank_*_1796000700"))
     for p in old:
         os.utime(p, (2_000_000_000, 2_000_000_000))
-    settings = Settings.resolve(tmp_path / "lake")
     for p in new + old:
-        ingest([p], settings)
-    d = diagnose(settings, "job-snap", 0, store=False)
+        fl.ingest([p])
+    d = fl.diagnose("job-snap", 0, store=False)
     assert (d.verdict, d.root.rank, d.root.host) == ("hang", 1, "node-b"), d.summary
     assert d.timing["overdue_ranks"] == [0]
     assert [(p["rank"], p["progress"], p["history"]) for p in d.progress] == [
         (0, "stuck", ["first", "stuck"]), (1, "stuck", ["first", "stuck"])]
 
 
-def test_rank_progress_says_who_moved_and_who_was_stuck(producers_lake):
-    with Frlake(producers_lake) as fl:
-        rows = fl.connect().execute("""SELECT attempt, rank, snapshot_index, progress FROM rank_progress
-                                       WHERE job = 'job-snap' ORDER BY ALL""").fetchall()
+def test_rank_progress_says_who_moved_and_who_was_stuck(producers_fl):
+    rows = producers_fl.connect().execute("""SELECT attempt, rank, snapshot_index, progress FROM rank_progress
+                                           WHERE job = 'job-snap' ORDER BY ALL""").fetchall()
     assert rows == [(0, 0, 1, "first"), (0, 0, 2, "stuck"), (0, 1, 1, "first"), (0, 1, 2, "stuck"),
                     (1, 0, 1, "first"), (1, 0, 2, "moving"), (1, 1, 1, "first"), (1, 1, 2, "moving")]
-    assert diagnose(producers_lake, "job-snap", 1, store=False).progress[0]["progress"] == "moving"
+    assert producers_fl.diagnose("job-snap", 1, store=False).progress[0]["progress"] == "moving"
 
 
-def test_a_periodic_snapshot_is_in_flight_not_hung(producers_lake):
-    timing = diagnose(producers_lake, "job-tail", 1, store=False).timing
+def test_a_periodic_snapshot_is_in_flight_not_hung(producers_fl):
+    timing = producers_fl.diagnose("job-tail", 1, store=False).timing
     assert timing["in_flight"] and timing["overdue_ranks"] == [] and timing["dump_time_from"] == ["file_name"]
 
 
@@ -121,14 +127,13 @@ def test_a_rank_is_never_taken_from_a_timestamp(name, rank, time_s):
     assert name_time_ns(name) == (None if time_s is None else time_s * 1_000_000_000)
 
 
-def test_a_time_where_the_rank_should_be_is_refused_and_says_to_give_the_layout(tmp_path):
+def test_a_time_where_the_rank_should_be_is_refused_and_says_to_give_the_layout(tmp_path, fl):
     dump = next((PRODUCERS / "pending_tail/job-tail/attempt-0/node-a").iterdir()).read_bytes()
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "trace_1730000000").write_bytes(dump)  # a dynamic file name without the rank
     (folder / "rank_7").write_bytes(dump)  # rank 7 of a 4-rank world
-    settings = Settings.resolve(tmp_path / "lake")
-    s = ingest([folder], settings, IngestOptions(identity=IdentityOptions(job="j", attempt=0, host="h")))
+    s = fl.ingest([folder], IngestOptions(identity=IdentityOptions(job="j", attempt=0, host="h")))
     reasons = {r["path"].rsplit("/", 1)[-1]: r for r in s.rejected_files}
     assert reasons["trace_1730000000"]["reason"] == "unknown_identity"
     assert "--layout" in reasons["trace_1730000000"]["detail"]
@@ -136,16 +141,15 @@ def test_a_time_where_the_rank_should_be_is_refused_and_says_to_give_the_layout(
     assert s.ingested == 0
 
 
-def test_live_stacks_are_a_table_and_the_report_shows_the_culprits_beside_its_fr_stack(producers_lake):
-    with Frlake(producers_lake) as fl:
-        con = fl.connect()
-        sources = con.execute("""SELECT source, count(DISTINCT rank), any_value(host) FROM live_stacks
-                                 WHERE job = 'job-dbg' AND attempt = 1 GROUP BY ALL ORDER BY ALL""").fetchall()
-        assert sources == [("faulthandler", 3, "vm"), ("py-spy", 3, "vm")]
-        main = con.execute("""SELECT frames[1].name FROM live_stacks WHERE job = 'job-dbg' AND attempt = 1
-                              AND source = 'py-spy' AND rank = 2 AND thread LIKE '%MainThread%'""").fetchone()
-        assert main == ("next_batch",)
-    d = diagnose(producers_lake, "job-dbg", 0, store=False)
+def test_live_stacks_are_a_table_and_the_report_shows_the_culprits_beside_its_fr_stack(producers_lake, producers_fl):
+    con = producers_fl.connect()
+    sources = con.execute("""SELECT source, count(DISTINCT rank), any_value(host) FROM live_stacks
+                             WHERE job = 'job-dbg' AND attempt = 1 GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert sources == [("faulthandler", 3, "vm"), ("py-spy", 3, "vm")]
+    main = con.execute("""SELECT frames[1].name FROM live_stacks WHERE job = 'job-dbg' AND attempt = 1
+                          AND source = 'py-spy' AND rank = 2 AND thread LIKE '%MainThread%'""").fetchone()
+    assert main == ("next_batch",)
+    d = producers_fl.diagnose("job-dbg", 0, store=False)
     assert d.root.stack[0]["name"] == "all_reduce"  # FR: its last collective
     assert d.root.live_stack["frames"][0]["name"] == "next_batch"  # live: where it really is
     assert d.root.live_stack["source"] == "faulthandler"
@@ -177,7 +181,7 @@ def test_health_is_queryable(producers_lake):
     assert rows == [("node-d", 3, "nic")]
 
 
-def test_torch_names_the_pending_tail_culprit_too(tmp_path, producers_lake):
+def test_torch_names_the_pending_tail_culprit_too(tmp_path, producers_fl):
     pytest.importorskip("torch")
     from tests.torch_fr import run_torch_analyzer
 
@@ -188,4 +192,4 @@ def test_torch_names_the_pending_tail_culprit_too(tmp_path, producers_lake):
     v = run_torch_analyzer(flat)
     assert not v.gave_up, v.reason
     assert v.named_rank == 3
-    assert diagnose(producers_lake, "job-tail", 0, store=False).root.rank == v.named_rank
+    assert producers_fl.diagnose("job-tail", 0, store=False).root.rank == v.named_rank

@@ -7,7 +7,6 @@ import pytest
 
 from frlake.errors import QueryError
 from frlake.query import QueryLimits
-from tests.helpers import query
 
 
 @pytest.mark.parametrize(
@@ -28,31 +27,31 @@ from tests.helpers import query
         ("SELECT * FROM nonsense_table", "nonsense_table"),
     ],
 )
-def test_sandbox_refuses_with_a_clear_error(corpus_lake, sql, message):
+def test_sandbox_refuses_with_a_clear_error(corpus_fl, sql, message):
     with pytest.raises(QueryError) as info:
-        query(sql, corpus_lake)
+        corpus_fl.query(sql)
     assert message.lower() in str(info.value).lower()
 
 
-def test_catalog_file_is_not_readable_from_sql(corpus_lake):
+def test_catalog_file_is_not_readable_from_sql(corpus_fl):
     with pytest.raises(QueryError):
-        query(f"SELECT * FROM read_blob('{corpus_lake.lake / 'catalog.db'}')", corpus_lake)
+        corpus_fl.query(f"SELECT * FROM read_blob('{corpus_fl.settings.lake / 'catalog.db'}')")
 
 
-def test_runaway_query_stops_at_the_time_limit(corpus_lake):
+def test_runaway_query_stops_at_the_time_limit(corpus_fl):
     with pytest.raises(QueryError) as info:
-        query("SELECT count(*) FROM range(1000000000000) a, range(1000) b", corpus_lake, QueryLimits(timeout_s=1.0))
+        corpus_fl.query("SELECT count(*) FROM range(1000000000000) a, range(1000) b", QueryLimits(timeout_s=1.0))
     assert "limit" in str(info.value)
 
 
-def test_row_cap_truncates(corpus_lake):
-    result = query("SELECT * FROM entries", corpus_lake, QueryLimits(max_rows=10))
+def test_row_cap_truncates(corpus_fl):
+    result = corpus_fl.query("SELECT * FROM entries", QueryLimits(max_rows=10))
     assert len(result.rows) == 10 and result.truncated
 
 
-def test_with_and_explain_are_queries(corpus_lake):
-    assert query("WITH x AS (SELECT 1 AS a) SELECT a FROM x", corpus_lake).rows == [(1,)]
-    assert query("EXPLAIN SELECT count(*) FROM entries", corpus_lake).rows
+def test_with_and_explain_are_queries(corpus_fl):
+    assert corpus_fl.query("WITH x AS (SELECT 1 AS a) SELECT a FROM x").rows == [(1,)]
+    assert corpus_fl.query("EXPLAIN SELECT count(*) FROM entries").rows
 
 
 def test_times_also_as_timestamps(corpus_lake, views):

@@ -11,11 +11,10 @@ from typer.testing import CliRunner
 
 from frlake.cli.main import app
 from frlake.query.window import Window
-from tests.helpers import run_report as run
 
 
-def test_flaky_hosts_puts_gpu_b03_first(corpus_lake):
-    rows = run(corpus_lake, "flaky-hosts")
+def test_flaky_hosts_puts_gpu_b03_first(corpus_fl):
+    rows = corpus_fl.report("flaky-hosts")
     assert rows[0]["host"] == "gpu-b03"
     assert {"host", "score", "attempts", "culprit_attempts"} <= rows[0].keys()
     assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
@@ -28,8 +27,8 @@ def _wilson_lower_bound(k: int, n: int, z: float = 1.96) -> float:
     return (p + z * z / (2 * n) - z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
 
 
-def test_score_is_the_wilson_lower_bound_of_each_hosts_rate(corpus_lake):
-    rows = run(corpus_lake, "flaky-hosts")
+def test_score_is_the_wilson_lower_bound_of_each_hosts_rate(corpus_fl):
+    rows = corpus_fl.report("flaky-hosts")
     assert len(rows) > 3
     for r in rows:
         assert r["score"] == pytest.approx(_wilson_lower_bound(r["culprit_attempts"], r["attempts"]), abs=1e-4), r
@@ -37,8 +36,8 @@ def test_score_is_the_wilson_lower_bound_of_each_hosts_rate(corpus_lake):
     assert _wilson_lower_bound(25, 40) > _wilson_lower_bound(1, 2)
 
 
-def test_slow_ranks_names_every_straggler_culprit(corpus_lake, truth):
-    rows = run(corpus_lake, "slow-ranks")
+def test_slow_ranks_names_every_straggler_culprit(corpus_fl, truth):
+    rows = corpus_fl.report("slow-ranks")
     named = {(r["job"], r["rank"], r["host"]) for r in rows}
     for case in truth:
         if case["scenario"] == "straggler":
@@ -46,8 +45,8 @@ def test_slow_ranks_names_every_straggler_culprit(corpus_lake, truth):
     assert all(r["lateness_ms"] is not None and r["lateness_ms"] > 10 for r in rows)
 
 
-def test_hangs_lists_every_hang_with_its_host_and_no_mismatch(corpus_lake, truth):
-    rows = run(corpus_lake, "hangs")
+def test_hangs_lists_every_hang_with_its_host_and_no_mismatch(corpus_fl, truth):
+    rows = corpus_fl.report("hangs")
     seen = {(e["job"], e["attempt"]): e["host"] for r in rows for e in r["evidence"]}
     hangs = {(c["job"], c["attempt"]): c["culprit_host"] for c in truth if c["scenario"].startswith("hang")}
     assert seen == hangs
@@ -55,20 +54,20 @@ def test_hangs_lists_every_hang_with_its_host_and_no_mismatch(corpus_lake, truth
     assert {e["verdict"] for r in rows for e in r["evidence"]} == {"hang"}
 
 
-def test_one_stall_is_one_row_whichever_dumps_carry_stacks(corpus_lake, truth):
+def test_one_stall_is_one_row_whichever_dumps_carry_stacks(corpus_fl, truth):
     """The five hangs of the corpus are one stall (rank never joins tp's all_gather in the same code);
     job-f70c5d's JSON dumps carry no stack, and it joins the four whose pickles do."""
     json_hang = next((c["job"], c["attempt"]) for c in truth if c["scenario"] == "hang_missing" and c["format"] == "json")
-    (row,) = run(corpus_lake, "hangs")
+    (row,) = corpus_fl.report("hangs")
     assert row["attempts"] == 5 and row["jobs"] == 5 and row["top_frame"] is not None
     assert json_hang in {(e["job"], e["attempt"]) for e in row["evidence"]}
 
 
-def test_window_filters_by_attempt_start(corpus_lake):
-    assert run(corpus_lake, "hangs", Window(since=date(2100, 1, 1))) == []
-    assert run(corpus_lake, "flaky-hosts", Window(until=date(2000, 1, 1))) == []
-    everything = run(corpus_lake, "hangs", Window(since=date(2000, 1, 1), until=date(2100, 1, 1)))
-    assert everything == run(corpus_lake, "hangs")
+def test_window_filters_by_attempt_start(corpus_fl):
+    assert corpus_fl.report("hangs", Window(since=date(2100, 1, 1))) == []
+    assert corpus_fl.report("flaky-hosts", Window(until=date(2000, 1, 1))) == []
+    everything = corpus_fl.report("hangs", Window(since=date(2000, 1, 1), until=date(2100, 1, 1)))
+    assert everything == corpus_fl.report("hangs")
 
 
 def test_report_cli_formats(corpus_lake):
@@ -85,14 +84,13 @@ def test_report_cli_formats(corpus_lake):
 
 
 @pytest.mark.slow
-def test_a_stall_whose_user_code_moved_by_a_line_is_one_hangs_group(tmp_path, corpus):
+def test_a_stall_whose_user_code_moved_by_a_line_is_one_hangs_group(tmp_path, corpus, fl):
     """Two copies of a hang; in the second the user frames' lines moved (an
     edit above the call): one group by the stall signature, two exact ones."""
     import pickle
     import shutil
 
-    from frlake.config import Settings
-    from tests.helpers import ingest, load_trusted
+    from tests.helpers import load_trusted
 
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / "job-223715", tree / "job-223715")
@@ -106,8 +104,7 @@ def test_a_stall_whose_user_code_moved_by_a_line_is_one_hangs_group(tmp_path, co
         target = moved / path.parent.name / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(pickle.dumps(dump, protocol=2))
-    settings = Settings.resolve(tmp_path / "lake")
-    ingest([tree], settings)
-    rows = [r for r in run(settings, "hangs") if {e["job"] for e in r["evidence"]} & {"job-223715", "job-moved"}]
+    fl.ingest([tree])
+    rows = [r for r in fl.report("hangs") if {e["job"] for e in r["evidence"]} & {"job-223715", "job-moved"}]
     assert len(rows) == 1, rows
     assert rows[0]["attempts"] == 2 and rows[0]["jobs"] == 2 and len(rows[0]["exact_signatures"]) == 2

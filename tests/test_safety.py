@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from frlake.config import Settings
 from frlake.errors import DumpRejected
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.session import Frlake
-from tests.helpers import FIXTURES, ingest
+from tests.helpers import FIXTURES
 
 BAD = FIXTURES / "bad"
 MARKER = Path("/tmp/frlake-pwned-marker")
@@ -146,16 +145,15 @@ def test_deep_json_is_refused():
     assert info.value.reason in ("too_deep", "bad_schema")
 
 
-def test_encoding_comes_from_content_not_name(tmp_path, corpus, views):
+def test_encoding_comes_from_content_not_name(tmp_path, corpus, fl):
     src = corpus / "job-f70c5d/attempt-2/gpu-b04/rank_2.json"
     tree = tmp_path / "job-f/attempt-0/h"
     tree.mkdir(parents=True)
     shutil.copy(src, tree / "rank_2.pkl")  # JSON bytes under a pickle-ish name
     shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_1", tree / "rank_1.json")  # and the reverse
-    settings = Settings.resolve(tmp_path / "lake")
-    summary = ingest([tmp_path / "job-f"], settings)
+    summary = fl.ingest([tmp_path / "job-f"])
     assert summary.ingested == 2
-    con = views(settings.lake)
+    con = fl.connect()
     assert dict(con.execute("SELECT rank, encoding FROM dumps").fetchall()) == {2: "json", 1: "pickle"}
 
 
@@ -170,26 +168,24 @@ def _hash_bomb(depth: int = 64) -> bytes:
 
 
 @pytest.mark.slow
-def test_a_hash_bomb_is_stopped_by_its_cpu_budget_and_the_rest_ingests(tmp_path, corpus):
+def test_a_hash_bomb_is_stopped_by_its_cpu_budget_and_the_rest_ingests(tmp_path, corpus, fl):
     tree = tmp_path / "nfs" / "job-x" / "attempt-0" / "host-a"
     tree.mkdir(parents=True)
     (tree / "rank_7").write_bytes(_hash_bomb())
     for rank in (0, 1):
         shutil.copy(corpus / f"job-223715/attempt-0/gpu-b03/rank_{rank}", tree / f"rank_{rank}")
-    settings = Settings.resolve(tmp_path / "lake")
     options = IngestOptions(workers=2, limits=Limits(cpu_seconds=1), chunk_files=2)
-    summary = ingest([tmp_path / "nfs"], settings, options)
+    summary = fl.ingest([tmp_path / "nfs"], options)
     assert (summary.ingested, summary.rejected, summary.rejected_by_reason) == (2, 1, {"worker_killed": 1})
     assert summary.rejected_files[0]["path"].endswith("rank_7")
-    again = ingest([tmp_path / "nfs"], settings, options)  # known, unchanged: never read again
+    again = fl.ingest([tmp_path / "nfs"], options)  # known, unchanged: never read again
     assert (again.unchanged, again.skipped_rejected, again.ingested, again.rejected) == (2, 1, 0, 0)
 
 
 @pytest.mark.slow
-def test_an_uploaded_hash_bomb_is_stopped_too(tmp_path, corpus):
+def test_an_uploaded_hash_bomb_is_stopped_too(corpus, fl):
     good = (corpus / "job-223715/attempt-0/gpu-b03/rank_1").read_bytes()
     options = IngestOptions(identity=IdentityOptions(job="up", attempt=0, host="h"), workers=1, isolate=True,
                             limits=Limits(cpu_seconds=1))
-    summary = Frlake(Settings.resolve(tmp_path / "lake")).ingest_upload([("rank_3", _hash_bomb()), ("rank_1", good)],
-                            options)
+    summary = fl.ingest_upload([("rank_3", _hash_bomb()), ("rank_1", good)], options)
     assert (summary.ingested, summary.rejected_by_reason) == (1, {"worker_killed": 1})

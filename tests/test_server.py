@@ -15,7 +15,6 @@ from frlake.errors import FrlakeError
 from frlake.ingest import IngestOptions
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, check_binding
-from tests.helpers import ingest
 
 TOKEN = "s3cret-token"
 
@@ -28,7 +27,8 @@ def client(corpus_lake):
 @pytest.fixture
 def fresh(tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-223715"], settings)
+    with frlake.Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
     app = create_app(ServerConfig(settings, token=TOKEN, max_upload_bytes=2 << 20))
     return settings, app.test_client()
 
@@ -308,7 +308,8 @@ def test_attempt_views_are_kept_per_catalog_version_and_follow_every_change(fres
     assert gone not in {r["rank"] for g in after[2]["groups"] for r in g["ranks"]}
     assert after[0]["diagnosis"] != before[0]["diagnosis"] and after[1] != before[1]
     assert c.get("/jobs/job-223715/attempts/0").get_data(as_text=True) != page
-    ingest([dump], settings, IngestOptions(force=True))  # the undo: the dump again
+    with frlake.Frlake(settings) as fl:
+        fl.ingest([dump], IngestOptions(force=True))  # the undo: the dump again
     again = [c.get(u).get_json() for u in urls]
     assert again[2] == before[2] and again[1] == before[1]
 

@@ -63,11 +63,11 @@ def test_open_resolves_like_the_cli_and_refuses_a_missing_lake(tmp_path, corpus_
 
 def test_a_read_never_writes(corpus_lake, tmp_path):
     """stored_diagnosis (what a page shows) computes a missing diagnosis without storing it."""
-    from tests.helpers import CORPUS, ingest
+    from tests.helpers import CORPUS
 
     settings = frlake.Settings.resolve(tmp_path / "lake")
-    ingest([CORPUS / "job-223715"], settings, frlake_options(diagnose=False))
     with Frlake(settings) as fl:
+        fl.ingest([CORPUS / "job-223715"], frlake_options(diagnose=False))
         assert fl.catalog.diagnoses.get("job-223715", 0) is None
         assert fl.stored_diagnosis("job-223715", 0).verdict == "hang"
         assert fl.catalog.diagnoses.get("job-223715", 0) is None
@@ -112,13 +112,13 @@ def test_diagnose_shows_the_current_stored_diagnosis_and_fresh_computes_it_again
     from frlake.cli.main import app
     from frlake.config import Settings
     from frlake.ingest import IngestOptions
-    from tests.helpers import ingest
 
     job = "job-223715"  # a hang of 4 ranks: rank 3 left no dump
     tree = tmp_path / "nfs"
     shutil.copytree(corpus / job / "attempt-0", tree / job / "attempt-0")
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
 
     def tamper(**changes) -> None:
         with Frlake(settings) as fl, fl.catalog.session(write=True) as s:
@@ -145,8 +145,8 @@ def test_diagnose_shows_the_current_stored_diagnosis_and_fresh_computes_it_again
         assert fl.current_diagnosis(job, 0).summary == "altered"
     rank0 = next((tree / job / "attempt-0").rglob("rank_0"))
     shutil.copy(rank0, rank0.with_name("rank_0_1730000000"))  # a second dump of rank 0: a snapshot
-    ingest([tree], settings, IngestOptions(diagnose=False))
     with Frlake(settings) as fl:
+        fl.ingest([tree], IngestOptions(diagnose=False))
         assert fl.catalog.diagnoses.state(job, 0)[1], "the attempt's dumps changed: its diagnosis is due"
         assert fl.current_diagnosis(job, 0) is None
     assert cli()["summary"] != "altered"

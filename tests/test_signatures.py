@@ -19,7 +19,6 @@ from frlake.session import Frlake
 from frlake.signatures import EMPTY_LIST, NO_LIST, signatures, value_signature
 from frlake.storage.compact import CompactOptions
 from frlake.storage.files import LakeFiles
-from tests.helpers import ingest
 from tests.test_diagnose_p2p import _steps, _write_job
 
 SHAPES = pa.list_(pa.list_(pa.int64()))
@@ -133,7 +132,8 @@ def test_a_lake_from_before_signatures_is_read_diagnosed_alike_and_signed_by_com
         shutil.copytree(corpus / job, tree / job)
     _write_job(tmp_path, lambda rank: _steps(rank, odd_rank=2, odd_sizes=[[[512, 64]], [[96]]]))  # "nccl"
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([tree], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([tree])
     signed = _diagnoses(settings)
     verdicts = {d["verdict"] for d in signed.values()}
     assert {"healthy", "hang", "mismatch", "straggler"} <= verdicts, verdicts
@@ -169,8 +169,8 @@ def test_a_diagnosis_compares_the_stored_signatures(tmp_path):
     """Rank 2's stored input signatures changed, its lists not: the diagnosis sees a size mismatch."""
     _write_job(tmp_path, lambda rank: _steps(rank))
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([tmp_path / "nfs"], settings)
     with Frlake(settings) as fl:
+        fl.ingest([tmp_path / "nfs"])
         assert fl.diagnose("nccl", 0, store=False).verdict == "healthy"
         for f in LakeFiles(fl.catalog).committed("entries"):
             path = settings.lake / f.readable

@@ -20,7 +20,7 @@ from frlake.session import Frlake
 from frlake.storage.compact import CompactOptions
 from frlake.storage.files import LakeFiles
 from tests.fleet import slow_link_attempt, slow_link_fleet, write_timed
-from tests.helpers import assert_lake_is_clean, ingest
+from tests.helpers import assert_lake_is_clean
 
 START = datetime(2026, 11, 2, tzinfo=UTC)
 
@@ -53,7 +53,8 @@ COMPARED = ("host", "slowdown", "collectives", "attempts", "jobs", "slow_collect
 def timed(tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("timed")
     settings = Settings.resolve(root / "lake")
-    summary = ingest([slow_link_fleet(root / "nfs", START)], settings)
+    with Frlake(settings) as fl:
+        summary = fl.ingest([slow_link_fleet(root / "nfs", START)])
     assert summary.ingested == 48 and summary.rejected == 0
     return settings
 
@@ -124,13 +125,15 @@ def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it
     settings = Settings.resolve(tmp_path / "lake")
     key = ("job-z", 0)
 
-    ingest([first], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([first])
     stored, fresh = _stored_and_fresh(settings, *key)
     assert stored == fresh and {r[0] for r in stored["collective_durations"]} == {"0", "1", "2"}
     assert {r[0] for r in stored["watchdog_lags"]} == {"h0", "h1", "h2", "h3"}
     assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1}
 
-    ingest([rest], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([rest])
     stored, fresh = _stored_and_fresh(settings, *key)
     assert stored == fresh and {r[0] for r in stored["collective_durations"]} == {"0", "1", "2", "3", "4"}
     assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1}  # replaced, not added
@@ -203,8 +206,8 @@ def test_a_rank_dumped_twice_counts_once_in_the_summary(tmp_path):
     folder = nfs / "job-s" / "attempt-0" / "h2"
     shutil.copy(tmp_path / "early" / "job-s" / "attempt-0" / "h2" / "rank_5", folder / "rank_5_early")
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([nfs], settings)
     with Frlake(settings) as fl:
+        fl.ingest([nfs])
         con = fl.connect(catalog_views=(), partition=("job-s", 0))
         assert con.execute("SELECT count(*) FROM dumps WHERE rank = 5").fetchone()[0] == 2
         world = con.execute("SELECT seq, entries FROM collective_durations WHERE pg_name = '0' ORDER BY seq").fetchall()

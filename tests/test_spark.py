@@ -35,7 +35,7 @@ from frlake.query.reports import REPORTS  # noqa: E402
 from frlake.query.window import Window  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
 from frlake.storage.files import LakeFiles  # noqa: E402
-from tests.helpers import ROOT, copy_tree, ingest  # noqa: E402
+from tests.helpers import ROOT, copy_tree  # noqa: E402
 
 
 def normal(value):
@@ -147,9 +147,10 @@ ODD_JOBS = {"team/a b": "job-20d6d4", "100%": "job-223715", "__HIVE_DEFAULT_PART
 def odd_lake(tmp_path_factory, corpus) -> Settings:
     """Six corpus jobs ingested under job names that need escaping in a folder name."""
     settings = Settings.resolve(tmp_path_factory.mktemp("odd-names"))
-    for job, source in ODD_JOBS.items():
-        summary = ingest([corpus / source], settings, IngestOptions(workers=1, identity=IdentityOptions(job=job)))
-        assert summary.ingested == 4 and summary.rejected == 0
+    with Frlake(settings) as fl:
+        for job, source in ODD_JOBS.items():
+            summary = fl.ingest([corpus / source], IngestOptions(workers=1, identity=IdentityOptions(job=job)))
+            assert summary.ingested == 4 and summary.rejected == 0
     return settings
 
 
@@ -173,8 +174,8 @@ def test_job_names_come_back_as_they_were(spark, odd_lake):
 @pytest.mark.slow
 def test_views_read_the_committed_files_only(spark, tmp_path, corpus):
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-20d6d4", corpus / "job-223715"], settings)
     with Frlake(settings) as fl:
+        fl.ingest([corpus / "job-20d6d4", corpus / "job-223715"])
         register_views(spark, fl, ["entries"])
         before = spark.sql("SELECT count(*) FROM entries").first()[0]
         # a file the catalog never committed: a publication in progress, or one compaction replaced
@@ -285,7 +286,8 @@ def slow_link_lake(tmp_path_factory) -> Settings:
 
     root = tmp_path_factory.mktemp("timed")
     settings = Settings.resolve(root / "lake")
-    assert ingest([slow_link_fleet(root / "nfs", datetime(2026, 11, 2, tzinfo=UTC))], settings).ingested == 48
+    with Frlake(settings) as fl:
+        assert fl.ingest([slow_link_fleet(root / "nfs", datetime(2026, 11, 2, tzinfo=UTC))]).ingested == 48
     return settings
 
 
@@ -306,7 +308,8 @@ def test_spark_reads_entries_files_from_before_the_signatures_with_null_signatur
     from tests.test_signatures import _as_schema_1
 
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-223715"], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
     _as_schema_1(settings)
     with Frlake(settings) as fl:
         register_views(spark, fl, ["entries"])

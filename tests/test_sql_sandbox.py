@@ -20,7 +20,8 @@ from frlake.query.sandbox import QueryLimits
 from frlake.query.statements import READING_TABLE_FUNCTIONS, STATE_CHANGING_FUNCTIONS, check_statement
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
-from tests.helpers import copy_tree, open_sandbox, query
+from frlake.session import Frlake
+from tests.helpers import copy_tree
 
 # Functions DuckDB marks has_side_effects whose effects stay inside the query:
 # randomness, clocks, sleeping (bounded by the time limit), raising an error.
@@ -38,6 +39,13 @@ def victim(tmp_path, corpus_lake) -> Settings:
     return Settings.resolve(copy_tree(corpus_lake.lake, tmp_path / "lake"))
 
 
+@pytest.fixture
+def victim_fl(victim) -> Frlake:
+    """A session over the test's copy of the corpus lake (each query in a sandbox of its own, as ever)."""
+    with Frlake(victim) as fl:
+        yield fl
+
+
 def lake_files(settings: Settings) -> dict[str, str]:
     """Every file under tables/ with its sha256."""
     root = settings.lake / "tables"
@@ -49,35 +57,35 @@ def a_dumps_file(settings: Settings) -> Path:
     return next((settings.lake / "tables" / "dumps").rglob("*.parquet"))
 
 
-def refused(sql: str, settings: Settings, limits: QueryLimits = QueryLimits()) -> str:
+def refused(sql: str, fl: Frlake, limits: QueryLimits = QueryLimits()) -> str:
     with pytest.raises(QueryError) as info:
-        query(sql, settings, limits)
+        fl.query(sql, limits)
     return str(info.value)
 
 
-def test_explain_analyze_copy_partition_by_overwrite_cannot_delete_the_entries(victim):
+def test_explain_analyze_copy_partition_by_overwrite_cannot_delete_the_entries(victim, victim_fl):
     before = lake_files(victim)
-    entries = query("SELECT count(*) FROM entries", victim).rows
+    entries = victim_fl.query("SELECT count(*) FROM entries").rows
     sql = (f"EXPLAIN ANALYZE COPY (SELECT 1 AS a, 'x' AS job) TO '{victim.lake}/tables/entries' "
            "(FORMAT parquet, PARTITION_BY (job), OVERWRITE)")
-    assert "COPY statement under EXPLAIN" in refused(sql, victim)
+    assert "COPY statement under EXPLAIN" in refused(sql, victim_fl)
     assert lake_files(victim) == before
-    assert query("SELECT count(*) FROM entries", victim).rows == entries and entries[0][0] > 0
+    assert victim_fl.query("SELECT count(*) FROM entries").rows == entries and entries[0][0] > 0
 
 
-def test_explain_analyze_copy_cannot_rewrite_a_committed_dumps_file(victim):
+def test_explain_analyze_copy_cannot_rewrite_a_committed_dumps_file(victim, victim_fl):
     target = a_dumps_file(victim)
     before = lake_files(victim)
     sql = (f"EXPLAIN ANALYZE COPY (SELECT * REPLACE ('evil-host' AS host) FROM read_parquet('{target}')) "
            f"TO '{target}' (FORMAT parquet)")
-    assert "COPY" in refused(sql, victim)
+    assert "COPY" in refused(sql, victim_fl)
     assert lake_files(victim) == before
-    assert query("SELECT count(*) FROM dumps WHERE host = 'evil-host'", victim).rows == [(0,)]
+    assert victim_fl.query("SELECT count(*) FROM dumps WHERE host = 'evil-host'").rows == [(0,)]
 
 
-def test_explain_analyze_copy_cannot_fill_the_lake(victim):
+def test_explain_analyze_copy_cannot_fill_the_lake(victim, victim_fl):
     sql = f"EXPLAIN ANALYZE COPY (SELECT repeat('x', 1000) FROM range(1000)) TO '{victim.lake}/tables/fill.csv'"
-    assert "COPY" in refused(sql, victim)
+    assert "COPY" in refused(sql, victim_fl)
     assert not (victim.lake / "tables" / "fill.csv").exists()
 
 
@@ -100,9 +108,9 @@ def test_explain_analyze_copy_cannot_fill_the_lake(victim):
     "EXPLAIN ANALYZE SET VARIABLE x = 1",
     "EXPLAIN ANALYZE",
 ])
-def test_explain_never_runs_anything_but_a_query(victim, sql):
+def test_explain_never_runs_anything_but_a_query(victim, victim_fl, sql):
     before = lake_files(victim)
-    message = refused(sql.format(lake=victim.lake), victim)
+    message = refused(sql.format(lake=victim.lake), victim_fl)
     assert "only select" in message.lower() or "exactly one statement" in message or "EXPLAIN of nothing" in message \
         or "does not parse" in message
     assert lake_files(victim) == before
@@ -125,8 +133,8 @@ def test_explain_never_runs_anything_but_a_query(victim, sql):
     ("SELECT nextval('s')", "nextval"),
     ("SELECT write_log('x')", "write_log"),
 ])
-def test_functions_that_run_sql_or_change_state_are_refused(corpus_lake, sql, name):
-    assert f"{name}()" in refused(sql, corpus_lake)
+def test_functions_that_run_sql_or_change_state_are_refused(corpus_fl, sql, name):
+    assert f"{name}()" in refused(sql, corpus_fl)
 
 
 def test_every_function_duckdb_marks_as_changing_state_is_refused_or_reviewed():
@@ -155,12 +163,12 @@ def test_every_function_duckdb_marks_as_changing_state_is_refused_or_reviewed():
     "SELECT * FROM range(3)",
     "SELECT * FROM duckdb_views() WHERE NOT internal",
 ])
-def test_queries_still_run(corpus_lake, sql):
+def test_queries_still_run(corpus_fl, sql):
     check_statement(sql)
-    assert query(sql, corpus_lake).columns
+    assert corpus_fl.query(sql).columns
 
 
-def test_a_copy_into_the_lake_is_impossible_even_without_the_parser_check(victim):
+def test_a_copy_into_the_lake_is_impossible_even_without_the_parser_check(victim, victim_fl):
     before = lake_files(victim)
     target = a_dumps_file(victim)
     attacks = [
@@ -171,7 +179,7 @@ def test_a_copy_into_the_lake_is_impossible_even_without_the_parser_check(victim
         "COPY (SELECT 1) TO '.tmp/fill.csv'",  # DuckDB's default temp directory, always writable to SQL
         f"ATTACH '{victim.lake}/tables/x.duckdb' AS x",
     ]
-    with open_sandbox(victim.lake, victim.db_url) as sandbox:
+    with victim_fl.sandbox() as sandbox:
         for sql in attacks:
             with pytest.raises(QueryError) as info:
                 sandbox.run_unchecked(sql)
@@ -181,8 +189,8 @@ def test_a_copy_into_the_lake_is_impossible_even_without_the_parser_check(victim
     assert not Path(".tmp/fill.csv").exists()
 
 
-def test_a_view_replaced_without_the_parser_check_closes_the_sandbox(victim):
-    with open_sandbox(victim.lake, victim.db_url) as sandbox:
+def test_a_view_replaced_without_the_parser_check_closes_the_sandbox(victim_fl):
+    with victim_fl.sandbox() as sandbox:
         with pytest.raises(QueryError, match="changed the sandbox's views"):
             sandbox.run_unchecked("CREATE OR REPLACE VIEW incidents AS SELECT 'job-FAKE' AS job")
         assert sandbox.closed
@@ -190,8 +198,8 @@ def test_a_view_replaced_without_the_parser_check_closes_the_sandbox(victim):
             sandbox.run("SELECT 1")
 
 
-def test_temp_objects_and_variables_vanish_with_their_query(victim):
-    with open_sandbox(victim.lake, victim.db_url) as sandbox:
+def test_temp_objects_and_variables_vanish_with_their_query(victim_fl):
+    with victim_fl.sandbox() as sandbox:
         for sql in ("CREATE TEMP TABLE t AS SELECT * FROM range(1000)", "CREATE TEMP VIEW entries AS SELECT 1 AS x",
                     "CREATE TEMP MACRO m() AS 1", "SET VARIABLE v = 42"):
             sandbox.run_unchecked(sql)
@@ -227,27 +235,27 @@ def test_the_server_sandbox_carries_nothing_from_one_user_to_the_next(victim):
     assert gone.status_code == 400 and "big" in gone.get_json()["error"]["message"]
 
 
-def test_the_sandbox_opens_no_file_not_even_the_lakes(corpus_lake):
+def test_the_sandbox_opens_no_file_not_even_the_lakes(corpus_lake, corpus_fl):
     target = a_dumps_file(corpus_lake)
-    assert "outside the lake" in refused(f"SELECT count(*) FROM read_parquet('{target}')", corpus_lake)
-    assert "outside the lake" in refused(f"SELECT * FROM glob('{corpus_lake.lake}/**')", corpus_lake)
+    assert "outside the lake" in refused(f"SELECT count(*) FROM read_parquet('{target}')", corpus_fl)
+    assert "outside the lake" in refused(f"SELECT * FROM glob('{corpus_lake.lake}/**')", corpus_fl)
 
 
 @pytest.mark.slow
-def test_sealed_views_read_the_same_rows_as_the_lake_connection(corpus_lake, views):
-    con = views(corpus_lake.lake)
+def test_sealed_views_read_the_same_rows_as_the_lake_connection(corpus_fl):
+    con = corpus_fl.connect()
     for table in ("entries", "dumps", "groups", "pg_status", "stacks", "jobs", "files", "hosts"):
         sql = f"SELECT count(*), count(DISTINCT COLUMNS(*)) FROM {table}"
-        assert query(sql, corpus_lake).rows == con.execute(sql).fetchall(), table
+        assert corpus_fl.query(sql).rows == con.execute(sql).fetchall(), table
         lake_columns = [d[0] for d in con.execute(f"SELECT * FROM {table} LIMIT 0").description]
-        assert query(f"SELECT * FROM {table} LIMIT 0", corpus_lake).columns == lake_columns, table
+        assert corpus_fl.query(f"SELECT * FROM {table} LIMIT 0").columns == lake_columns, table
     sql = "SELECT job, attempt, count(*) FROM entries GROUP BY ALL ORDER BY ALL"
-    assert query(sql, corpus_lake).rows == con.execute(sql).fetchall()
+    assert corpus_fl.query(sql).rows == con.execute(sql).fetchall()
 
 
-def test_a_runaway_aggregate_stops_at_the_memory_limit(corpus_lake):
+def test_a_runaway_aggregate_stops_at_the_memory_limit(corpus_fl):
     message = refused("SELECT count(*) FROM (SELECT x, count(*) FROM range(50000000) t(x) GROUP BY x)",
-                      corpus_lake, QueryLimits(max_memory=64 << 20))
+                      corpus_fl, QueryLimits(max_memory=64 << 20))
     assert "over the 64 MiB memory limit" in message
 
 
@@ -277,18 +285,18 @@ def test_a_runaway_sort_is_held_to_the_memory_limit_in_rss(corpus_lake):
     assert int(peak_mib) - int(base_mib) < 2 * 256, (base_mib, peak_mib)
 
 
-def test_the_byte_cap_truncates(corpus_lake):
-    result = query("SELECT i, repeat('x', 1000) AS s FROM range(100000) t(i)", corpus_lake,
-                   QueryLimits(max_bytes=1 << 20))
+def test_the_byte_cap_truncates(corpus_fl):
+    result = corpus_fl.query("SELECT i, repeat('x', 1000) AS s FROM range(100000) t(i)",
+                             QueryLimits(max_bytes=1 << 20))
     assert result.truncated and 0 < result.bytes <= 1 << 20
     assert 500 < len(result.rows) < 1100 and [r[0] for r in result.rows] == list(range(len(result.rows)))
-    whole = query("SELECT i FROM range(100) t(i)", corpus_lake, QueryLimits(max_bytes=1 << 20))
+    whole = corpus_fl.query("SELECT i FROM range(100) t(i)", QueryLimits(max_bytes=1 << 20))
     assert not whole.truncated and len(whole.rows) == 100
 
 
-def test_row_cap_and_exact_fit_are_not_confused(corpus_lake):
-    assert not query("SELECT * FROM range(10)", corpus_lake, QueryLimits(max_rows=10)).truncated
-    capped = query("SELECT * FROM range(11)", corpus_lake, QueryLimits(max_rows=10))
+def test_row_cap_and_exact_fit_are_not_confused(corpus_fl):
+    assert not corpus_fl.query("SELECT * FROM range(10)", QueryLimits(max_rows=10)).truncated
+    capped = corpus_fl.query("SELECT * FROM range(11)", QueryLimits(max_rows=10))
     assert capped.truncated and capped.rows == [(i,) for i in range(10)]
 
 

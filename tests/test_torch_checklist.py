@@ -15,9 +15,6 @@ import pickle
 
 import pytest
 
-from frlake.config import Settings
-from tests.helpers import diagnose, ingest
-
 T0 = 1_760_000_000_000_000_000
 TEMPLATE_PG_CONFIG = [  # LOADED_FR_DETAIL_TEMPLATE: sub_pg "1" is [0] on rank 0 and [1] on rank 1
     {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, "1": {"name": "1", "desc": "sub_pg", "ranks": "[0]"}},
@@ -130,12 +127,11 @@ def _write(folder, ranks_ops):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_frlake_on_torch_analyzer_cases(tmp_path, case):
+def test_frlake_on_torch_analyzer_cases(tmp_path, case, fl):
     _, _, ops0, ops1, _, verdict, suspects, _ = case
     _write(tmp_path / "nfs" / "torch-case" / "attempt-0", [ops0, ops1])
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tmp_path / "nfs"], settings).rejected == 0
-    d = diagnose(settings, "torch-case", 0, store=False)
+    assert fl.ingest([tmp_path / "nfs"]).rejected == 0
+    d = fl.diagnose("torch-case", 0, store=False)
     assert d.verdict == verdict, d.summary
     if verdict == "mismatch":
         assert [(c.rank, c.role) for c in d.culprits] == [(r, "suspect") for r in suspects], d.summary

@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-from tests.helpers import diagnose
 from tests.torch_fr import run_torch_on_attempt
 
 if os.environ.get("FRLAKE_REQUIRE_TORCH"):
@@ -35,14 +34,14 @@ def torch_verdicts(corpus, truth) -> dict:
             for case in truth if case["format"] == "pickle"}
 
 
-def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_often(corpus_lake, truth,
+def test_frlake_agrees_with_torch_where_torch_names_a_culprit_and_is_right_more_often(corpus_fl, truth,
                                                                                        torch_verdicts):
     rows = []
     for case in truth:
         if case["format"] != "pickle":
             continue  # torch's analyzer reads pickles only
         v = torch_verdicts[(case["job"], case["attempt"])]
-        d = diagnose(corpus_lake, case["job"], case["attempt"], store=False)
+        d = corpus_fl.diagnose(case["job"], case["attempt"], store=False)
         torch_right = (v.named_rank == case["culprit_rank"]) and not v.gave_up
         if case["culprit_rank"] is None:
             torch_right = not v.gave_up and v.named_rank is None and not v.findings
@@ -82,39 +81,35 @@ def test_every_missing_ranks_set_torch_prints_is_the_collectives_rows(corpus_lak
     assert compared >= 5, f"only {compared} missing-ranks sets to compare"
 
 
-def test_an_extra_collective_where_a_rank_left_no_dump(tmp_path):
+def test_an_extra_collective_where_a_rank_left_no_dump(fl):
     """Real gloo dumps (tests/fixtures/real/extra_collective): rank 0 issued one all_reduce too many,
     and rank 7 wrote no dump. torch gives up on the missing file; frlake names rank 0."""
-    from frlake.config import Settings
-    from tests.helpers import FIXTURES, ingest
+    from tests.helpers import FIXTURES
 
     tree = FIXTURES / "real" / "extra_collective"
     v = run_torch_on_attempt(tree / "job-extra" / "attempt-0")
     assert v.gave_up and v.named_rank is None
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tree / "job-extra"], settings).rejected == 0
+    assert fl.ingest([tree / "job-extra"]).rejected == 0
     for attempt in (0, 1):  # pickle, JSON
-        d = diagnose(settings, "job-extra", attempt, store=False)
+        d = fl.diagnose("job-extra", attempt, store=False)
         assert (d.verdict, d.root.rank, d.root.host, d.root.reason) == ("mismatch", 0, "host-a", "size_mismatch")
         assert d.ranks_missing_dump == [7]
 
 
 @pytest.mark.parametrize("job", ["newgroup", "split5"])
-def test_pairs_that_share_a_desc_or_a_name(tmp_path, job):
+def test_pairs_that_share_a_desc_or_a_name(job, fl):
     """Real torch 2.13 gloo dumps (tests/fixtures/make_split_group.py): torch keys a group by name plus its
     ranks, as frlake does; both call the job healthy, and both name rank 3 as the one missing from its
     pair's last all_gather (torch also lists ranks 2 and 3 as missing from the world's all_reduce)."""
-    from frlake.config import Settings
-    from tests.helpers import FIXTURES, ingest
+    from tests.helpers import FIXTURES
 
     tree = FIXTURES / "real" / "split_group" / job
-    settings = Settings.resolve(tmp_path / "lake")
-    assert ingest([tree], settings).rejected == 0
+    assert fl.ingest([tree]).rejected == 0
     healthy = run_torch_on_attempt(tree / "attempt-0")
     assert not healthy.gave_up and not healthy.findings
-    assert diagnose(settings, job, 0, store=False).verdict == "healthy"
+    assert fl.diagnose(job, 0, store=False).verdict == "healthy"
     hung = run_torch_on_attempt(tree / "attempt-1")
     tp = [f for f in hung.findings if f["group"] and f["group"].endswith(":tp")]
     assert [f["missing_ranks"] for f in tp] == [[3]]
-    d = diagnose(settings, job, 1, store=False)
+    d = fl.diagnose(job, 1, store=False)
     assert (d.verdict, d.root.rank, d.root.host) == ("hang", 3, "host-1")
