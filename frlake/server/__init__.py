@@ -69,7 +69,7 @@ class _Request(Request):
 
 def create_app(config: ServerConfig) -> Flask:
     from frlake.ingest.upload import UPLOADS_DIR, DiskBudget, remove_stale_uploads
-    from frlake.server import api, context, errors, security, ui
+    from frlake.server import api, context, errors, params, security, ui
 
     app = Flask(__name__)
     app.request_class = _Request
@@ -85,6 +85,7 @@ def create_app(config: ServerConfig) -> Flask:
     app.extensions["frlake_upload_dir"] = str(uploads)
     app.extensions["frlake_upload_budget"] = DiskBudget(config.upload_limits.budget_bytes)
     security.register(app)
+    params.register(app)  # after the security checks: a foreign request learns nothing of the parameters
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(ui.bp)
     errors.register(app)

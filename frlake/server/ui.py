@@ -16,6 +16,8 @@ from frlake.server.api import EXAMPLES, known_host
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
+    EXPORT,
+    JOBS,
     arrivals_view,
     choice_arg,
     diagnosis,
@@ -25,6 +27,7 @@ from frlake.server.params import (
     known_job,
     list_attempts_args,
     progress,
+    takes,
     window,
 )
 from frlake.server.tables import Export, export_url, respond
@@ -43,6 +46,7 @@ def _root(a) -> str | None:
 
 
 @bp.get("/")
+@takes(*JOBS, *EXPORT)
 def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
@@ -58,6 +62,7 @@ def jobs():
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
+@takes("pg", "seq", "around", "last", "max_ranks", *EXPORT)
 def attempt(job: str, attempt: int):
     diag = diagnosis(job, attempt)
     d = diag.to_dict()
@@ -114,6 +119,7 @@ def _view_args() -> dict:
 
 
 @bp.get("/jobs/<path:job>")
+@takes(*EXPORT)
 def job(job: str):
 
     known_job(job)
@@ -138,6 +144,7 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
+@takes("ranks", "pg", "seq", *EXPORT)
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view, stacks = entries_view(job, attempt)
@@ -152,7 +159,15 @@ def attempt_entries(job: str, attempt: int):
     return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args)
 
 
+REPORT_FILTERS = {"hangs": ("reason", "op")}  # beside host, since and until
+
+
+def _report_params(name: str) -> frozenset[str]:
+    return frozenset(("host", "since", "until", *REPORT_FILTERS.get(name, ()), *EXPORT))
+
+
 @bp.get("/reports/<name>")
+@takes(by=_report_params)
 def report(name: str):
     spec = REPORTS.get(name)
     if spec is None:
@@ -186,11 +201,13 @@ def _facets(rows: list[dict], keys: tuple[str, ...]) -> dict[str, list[tuple[str
 
 
 @bp.get("/hosts")
+@takes("host", "since", "until", *EXPORT)
 def hosts():
     return report("flaky-hosts")
 
 
 @bp.get("/hosts/<host>")
+@takes(*EXPORT)
 def host(host: str):
     h = known_host(host)
     named = ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op", "started_at")
@@ -206,6 +223,7 @@ def host(host: str):
 
 
 @bp.get("/sql")
+@takes("sql", "_format")
 def sql():
     from frlake.server.schema_browser import schema_browser
 
@@ -214,5 +232,6 @@ def sql():
 
 
 @bp.get("/upload")
+@takes()
 def upload():
     return respond("upload.html", [], needs_token=bool(config().token))
