@@ -340,7 +340,8 @@ def test_an_unknown_parameter_is_a_400_that_names_the_ones_taken_on_every_route(
         assert "'hots'" in message and all(name in message for name in taken), (rule.rule, message)
     assert client.get("/reports/drain?reason=missing").status_code == 400  # hangs' filter, not drain's
     assert client.get("/reports/hangs?reason=missing&op=all_gather").status_code == 200
-    for url in ("/?q=b03&page=1&per_page=5&_format=csv", "/jobs/job-223715/attempts/0?_format=json&_table=groups"):
+    for url in ("/?q=b03&page=1&per_page=5&_format=csv", "/jobs/job-223715/attempts/0?_format=json&_table=groups",
+                "/sql?sql=SELECT+1&_next=0"):
         assert client.get(url).status_code == 200, url
 
 
@@ -352,3 +353,56 @@ def test_each_api_route_takes_the_parameters_its_row_documents(app):
         documented = DOC[("GET", path)]["params"] - set(rule.arguments)
         assert app.view_functions[rule.endpoint].query_params == documented, path
 
+
+def test_query_pages_past_the_row_cap_with_next(corpus_lake):
+    from frlake.query import QueryLimits
+
+    client = create_app(ServerConfig(corpus_lake, query_limits=QueryLimits(timeout_s=30, max_rows=4))).test_client()
+    sql = "SELECT range AS n FROM range(10) ORDER BY n"
+    seen, offset, pages = [], 0, 0
+    while offset is not None:
+        r = client.post("/api/query", headers=SAME_ORIGIN, json={"sql": sql, "next": offset})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        body = r.get_json()
+        assert set(body) == DOC[("POST", "/api/query")]["keys"]
+        assert body["truncated"] == (body["next"] is not None)
+        seen += [row[0] for row in body["rows"]]
+        offset, pages = body["next"], pages + 1
+    assert seen == list(range(10)) and pages == 3
+    for bad in (-1, "4", 1.5, True):
+        assert client.post("/api/query", headers=SAME_ORIGIN, json={"sql": sql, "next": bad}).status_code == 400
+    csv = client.get("/sql", query_string={"sql": sql, "_format": "csv", "_next": 4})
+    assert csv.status_code == 200 and csv.mimetype == "text/csv"
+    assert csv.get_data(as_text=True).splitlines() == ["n", "4", "5", "6", "7"]
+    assert 'rel="next"' in csv.headers["Link"] and "_next=8" in csv.headers["Link"]
+    as_json = client.get("/sql", query_string={"sql": sql, "_format": "json", "_next": 8}).get_json()
+    assert as_json["rows"] == [{"n": 8}, {"n": 9}] and as_json["next"] is None and not as_json["truncated"]
+    assert client.get("/sql", query_string={"sql": "COPY dumps TO 'x.csv'", "_format": "csv"}).status_code == 400
+    assert client.get("/sql?_format=csv").status_code == 400
+
+
+def test_a_bearer_request_is_accepted_from_any_origin(corpus_lake):
+    """curl, a script or another site's server with the token needs no Origin: a page of another site cannot
+    make a browser send that header (it would need a CORS preflight, which the server never grants)."""
+    sql = {"sql": "SELECT 42 AS answer"}
+    foreign = {"Origin": "https://elsewhere.example"}
+    with_token = create_app(ServerConfig(corpus_lake, token="t0k3n")).test_client()
+    r = with_token.post("/api/query", headers={**foreign, "Authorization": "Bearer t0k3n"}, json=sql)
+    assert r.status_code == 200 and r.get_json()["rows"] == [[42]]
+    assert with_token.post("/api/query", headers={**foreign, "Authorization": "Bearer wrong"}, json=sql).status_code == 401
+    assert with_token.post("/api/query", headers=SAME_ORIGIN, json=sql).status_code == 401
+    shared = "/sql?sql=SELECT+42+AS+answer&_format=csv"
+    assert with_token.get(shared).status_code == 401  # SQL needs the token, by POST or by GET
+    r = with_token.get(shared, headers={"Authorization": "Bearer t0k3n"})
+    assert r.status_code == 200 and r.get_data(as_text=True) == "answer\n42\n"
+    without = create_app(ServerConfig(corpus_lake)).test_client()
+    assert without.post("/api/query", headers=foreign, json=sql).status_code == 403
+    assert without.post("/api/query", headers={**foreign, "Authorization": "Bearer anything"}, json=sql).status_code == 200
+    preflight = without.open("/api/query", method="OPTIONS", headers={
+        **foreign, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    assert not [h for h in preflight.headers.keys() if h.lower().startswith("access-control-allow")]
+    embedded = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    assert without.get(shared, headers=embedded).status_code == 403  # <img src> on another site's page
+    clicked = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    assert without.get(shared, headers=clicked).status_code == 200  # a shared link, opened
+    assert without.get(shared, headers={"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}).status_code == 200

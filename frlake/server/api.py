@@ -195,12 +195,23 @@ def query():
     require_token()
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
-        raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
-    result = sandbox().run(body["sql"])
+        raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."} (and "next" for the rows after a cap)')
+    offset = body.get("next") or 0
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ApiError(400, "bad_request", f'"next" is the "next" of the answer before (a row number), not {offset!r}')
     from frlake.values import deep_plain
 
-    return jsonify({"columns": result.columns, "rows": [deep_plain(list(r)) for r in result.rows],
-                    "truncated": result.truncated, "seconds": round(result.seconds, 4)})
+    result = run_query(body["sql"], offset)
+    return jsonify({**result, "rows": [deep_plain(list(r)) for r in result["rows"]]})
+
+
+def run_query(sql: str, offset: int = 0) -> dict:
+    """Users' SQL in this thread's sandbox, from row ``offset`` on: ``columns``, ``rows``, ``truncated``,
+    ``seconds`` and ``next`` (the offset of the rows after a cap, None when there are none)."""
+    result = sandbox().run(sql, offset=offset)
+    more = result.truncated and bool(result.rows)  # a first row over the byte cap cannot be paged past
+    return {"columns": result.columns, "rows": result.rows, "truncated": result.truncated,
+            "seconds": round(result.seconds, 4), "next": offset + len(result.rows) if more else None}
 
 
 @bp.post("/dumps")

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, current_app, render_template, request, url_for
 
 from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
-from frlake.server.api import EXAMPLES, known_host
+from frlake.server.api import EXAMPLES, known_host, run_query
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
@@ -23,6 +23,7 @@ from frlake.server.params import (
     diagnosis,
     entries_view,
     host_arg,
+    int_arg,
     known_attempt,
     known_job,
     list_attempts_args,
@@ -30,7 +31,8 @@ from frlake.server.params import (
     takes,
     window,
 )
-from frlake.server.tables import Export, export_url, respond
+from frlake.server.security import check_sql_read
+from frlake.server.tables import Export, check_format, export_url, exported, respond
 
 bp = Blueprint("ui", __name__)
 PROGRESS_GROUPS = 32  # groups whose per-rank progress the attempt page details
@@ -223,15 +225,34 @@ def host(host: str):
 
 
 @bp.get("/sql")
-@takes("sql", "_format")
+@takes("sql", "_next", "_format")
 def sql():
+    """The SQL console; with ``_format``, the query's result itself (datasette's ``.csv?sql=``), from row
+    ``_next`` on: a link to share, a URL for curl."""
     from frlake.server.schema_browser import schema_browser
 
-    return respond("sql.html", [], examples=EXAMPLES, needs_token=bool(config().token),
-                   query=request.args.get("sql", ""), schema=schema_browser(views()))
+    text, offset = request.args.get("sql", ""), int_arg("_next", 0, 0, 2**62)
+    fmt = request.args.get("_format")
+    if fmt:
+        return _query_export(text, offset, fmt)
+    return render_template("sql.html", examples=EXAMPLES, needs_token=bool(config().token), query=text,
+                           offset=offset, schema=schema_browser(views()))
+
+
+def _query_export(text: str, offset: int, fmt: str):
+    check_format(fmt)
+    if not text.strip():
+        raise ApiError(400, "bad_request", "give the query: /sql?sql=SELECT+...&_format=" + fmt)
+    check_sql_read(config())  # the token, as POST /api/query needs it: in a header, never in the address
+    result = run_query(text, offset)
+    headers = {}
+    if result["next"] is not None:  # RFC 8288, as GitHub pages its API
+        headers["Link"] = f'<{url_for("ui.sql", sql=text, _format=fmt, _next=result["next"])}>; rel="next"'
+    return exported(Export("sql-result", result["columns"], result["rows"]), fmt, headers,
+                    truncated=result["truncated"], next=result["next"])
 
 
 @bp.get("/upload")
 @takes()
 def upload():
-    return respond("upload.html", [], needs_token=bool(config().token))
+    return render_template("upload.html", needs_token=bool(config().token))

@@ -349,14 +349,61 @@ function renderTable(table, columns, rows) {
   rows.forEach(r => { const tr = body.insertRow(); r.forEach(v => { tr.insertCell().textContent = cellText(v); }); });
 }
 
-function csvText(columns, rows) {
-  const quote = v => { const s = cellText(v); return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
-  return [columns, ...rows].map(r => r.map(quote).join(",")).join("\n") + "\n";
+/* The SQL's words in colours, for the editor: a small tokenizer (comments, strings, quoted names,
+   numbers, keywords, function names), not a parser; what it does not know stays plain. */
+const SQL_KEYWORDS = new Set(("select from where group by order having limit offset with as join left right full " +
+  "inner outer cross on using and or not in is null like ilike between case when then else end distinct all " +
+  "union intersect except asc desc nulls first last over partition window qualify explain analyze describe " +
+  "show summarize values true false cast filter exists any some lateral unnest interval struct list").split(" "));
+const SQL_TOKEN = /(--[^\n]*|\/\*[\s\S]*?(?:\*\/|$))|('(?:[^']|'')*'?)|("(?:[^"]|"")*"?)|(\b\d+(?:\.\d+)?(?:e[+-]?\d+)?\b)|([A-Za-z_][A-Za-z0-9_]*)/gi;
+
+const CALL = /\s*\(/y;  // a name followed by "(": a function
+function calledAt(text, at) { CALL.lastIndex = at; return CALL.test(text); }
+
+function highlightSql(text) {
+  const escape = t => t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  let out = "", at = 0;
+  for (const m of text.matchAll(SQL_TOKEN)) {
+    out += escape(text.slice(at, m.index));
+    const kind = m[1] ? "com" : m[2] ? "str" : m[3] ? "name" : m[4] ? "num"
+      : SQL_KEYWORDS.has(m[5].toLowerCase()) ? "kw" : calledAt(text, m.index + m[0].length) ? "fn" : "";
+    out += kind ? `<span class="sql-${kind}">${escape(m[0])}</span>` : escape(m[0]);
+    at = m.index + m[0].length;
+  }
+  return out + escape(text.slice(at)) + "\n";  // a last empty line keeps its height
 }
 
-function downloadLink(label, className, name, type, text) {
-  return element("a", {className: className, textContent: label, download: name,
-                       href: URL.createObjectURL(new Blob([text], {type: type}))});
+function sqlEditor(field) {
+  const shown = document.getElementById("sql-highlight");
+  if (!shown) return () => {};
+  const paint = () => { shown.innerHTML = highlightSql(field.value); shown.scrollTop = field.scrollTop; };
+  field.addEventListener("input", paint);
+  field.addEventListener("scroll", () => { shown.scrollTop = field.scrollTop; shown.scrollLeft = field.scrollLeft; });
+  field.closest(".editor").classList.add("highlighted");
+  paint();
+  return paint;
+}
+
+/* The page's address for this query: ?sql=...(&_next=N), (&_format=csv|json): the links to share. */
+function sqlUrl(sql, offset, format) {
+  const url = new URL("/sql", window.location.href);
+  url.searchParams.set("sql", sql);
+  if (offset) url.searchParams.set("_next", offset);
+  if (format) url.searchParams.set("_format", format);
+  return url;
+}
+
+/* On a server with a token, the export links fetch with it (a link cannot send a header) and save the answer. */
+async function authorizedDownload(event) {
+  const link = event.target.closest("#sql-exports a");
+  if (!link || !token()) return;
+  event.preventDefault();
+  const response = await fetch(link.href, {headers: authHeaders()});
+  if (!response.ok) { document.getElementById("sql-status").textContent = "error: " + await errorText(response); return; }
+  const saved = element("a", {href: URL.createObjectURL(await response.blob()),
+                              download: link.classList.contains("export-csv") ? "query.csv" : "query.json"});
+  saved.click();
+  URL.revokeObjectURL(saved.href);
 }
 
 function sqlConsole(form) {
@@ -364,25 +411,27 @@ function sqlConsole(form) {
   const field = document.getElementById("sql");
   const table = document.getElementById("sql-result");
   const exports = document.getElementById("sql-exports");
-  const clear = () => { table.replaceChildren(); exports.replaceChildren(); exports.hidden = true; };
+  const pages = document.getElementById("sql-pages");
+  const paint = sqlEditor(field);
+  const clear = () => { table.replaceChildren(); pages.replaceChildren(); exports.hidden = true; };
   document.querySelectorAll("button.example").forEach(b => b.addEventListener("click", () => {
-    field.value = b.dataset.sql; field.focus();
+    field.value = b.dataset.sql; paint(); field.focus();
   }));
   document.querySelectorAll("#schema code.insert").forEach(c => c.addEventListener("click", event => {
     event.preventDefault();
     const at = field.selectionStart ?? field.value.length;
     field.value = field.value.slice(0, at) + c.textContent + field.value.slice(field.selectionEnd ?? at);
+    paint();
     field.focus();
   }));
-  const run = async () => {
+  exports.addEventListener("click", authorizedDownload);
+  const run = async (offset) => {
     const sql = field.value;
-    const url = new URL(window.location.href);
-    url.searchParams.set("sql", sql);
-    history.replaceState(null, "", url);  // the query lives in the address: share it, reload it
+    history.replaceState(null, "", sqlUrl(sql, offset));  // the query lives in the address: share it, reload it
     status.className = "status muted";
     status.textContent = "running…";
     const response = await fetch("/api/query", {method: "POST",
-      headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql})});
+      headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql, next: offset || 0})});
     if (!response.ok) {
       clear();  // an error never leaves the previous result on screen
       status.className = "status error";
@@ -391,20 +440,25 @@ function sqlConsole(form) {
     }
     const data = await response.json();
     renderTable(table, data.columns, data.rows);
-    const records = data.rows.map(r => Object.fromEntries(data.columns.map((c, i) => [c, r[i]])));
-    exports.replaceChildren(element("span", {className: "muted", textContent: "export "}),
-      downloadLink("CSV", "export-csv", "query.csv", "text/csv", csvText(data.columns, data.rows)), " ",
-      downloadLink("JSON", "export-json", "query.json", "application/json", JSON.stringify(records, null, 2)));
+    exports.querySelector(".export-csv").href = sqlUrl(sql, offset, "csv");
+    exports.querySelector(".export-json").href = sqlUrl(sql, offset, "json");
+    const first = (offset || 0) + 1, last = (offset || 0) + data.rows.length;
+    document.getElementById("sql-count").textContent = (offset ? `rows ${first}-${last}` : `${data.rows.length} row(s)`)
+      + " · click a header to sort";
     exports.hidden = false;
+    pages.replaceChildren();
+    if (offset) pages.append(element("a", {id: "sql-first", href: sqlUrl(sql, 0), textContent: "← first rows"}));
+    if (data.next !== null) pages.append(element("a", {id: "sql-next", href: sqlUrl(sql, data.next),
+                                                       textContent: `next rows, from ${data.next + 1} →`}));
     status.className = "status muted";
-    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s · click a header to sort`
-      + (data.truncated ? " (truncated at the row cap)" : "");
+    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s`
+      + (data.truncated ? " (cut at the row cap: the next rows are on the next page)" : "");
   };
-  form.addEventListener("submit", event => { event.preventDefault(); run(); });
+  form.addEventListener("submit", event => { event.preventDefault(); run(0); });
   field.addEventListener("keydown", event => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(); }
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(0); }
   });
-  if (status.dataset.autorun) run();
+  if (status.dataset.autorun) run(Number(status.dataset.offset) || 0);
 }
 
 /* ---------- uploads and "no more dumps will come" ---------- */
