@@ -341,7 +341,7 @@ def test_an_unknown_parameter_is_a_400_that_names_the_ones_taken_on_every_route(
     assert client.get("/reports/drain?reason=missing").status_code == 400  # hangs' filter, not drain's
     assert client.get("/reports/hangs?reason=missing&op=all_gather").status_code == 200
     for url in ("/?q=b03&page=1&per_page=5&_format=csv", "/jobs/job-223715/attempts/0?_format=json&_table=groups",
-                "/sql?sql=SELECT+1&_next=0"):
+                "/reports/drain?explain=gpu-b03", "/sql?sql=SELECT+1&_next=0"):
         assert client.get(url).status_code == 200, url
 
 

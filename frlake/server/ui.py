@@ -158,10 +158,11 @@ def attempt_entries(job: str, attempt: int):
                [[c.pg, c.pg_desc, c.seq, c.op, c.agree, c.missing, *[c.cells.get(r) for r in ranks]]
                 for c in view.collectives]),
     ]
-    return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args)
+    return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args,
+                   rank_headers=[f"r{r}" for r in ranks])
 
 
-REPORT_FILTERS = {"hangs": ("reason", "op")}  # beside host, since and until
+REPORT_FILTERS = {"hangs": ("reason", "op"), "drain": ("explain",)}  # beside host, since and until
 
 
 def _report_params(name: str) -> frozenset[str]:
@@ -178,14 +179,26 @@ def report(name: str):
     all_rows = session().report(name, window(), con=views())
     rows = _with_host(all_rows, host_arg())
     columns = list(all_rows.columns)
-    facets = {}
+    facets, explained = {}, None
     if name == "hangs":
         reason, op = choice_arg("reason", REASONS), request.args.get("op") or None
         rows = [r for r in rows if (reason is None or r["reason"] == reason) and (op is None or r["op"] == op)]
         facets = _facets(rows, ("reason", "op", "hosts"))
+    if name == "drain" and request.args.get("explain"):
+        explained = _drain_explained(all_rows, request.args["explain"])
     table_id = spec.page.removesuffix(".html").replace("_", "-")  # the page's table: hosts, slow-ranks, hangs
     return respond(spec.page, [Export(table_id, columns, [[r.get(c) for c in columns] for r in rows])],
-                   rows=rows, filters=request.args, report=spec, facets=facets)
+                   rows=rows, filters=request.args, report=spec, facets=facets, explained=explained)
+
+
+def _drain_explained(rows, host: str) -> dict:
+    """The evidence behind one host of the drain list and the arithmetic (``frlake report drain --explain``)."""
+    from frlake.query.drain import DrainPolicy, explain
+
+    row = next((r for r in rows if r["host"] == host), None)
+    return {"host": host, "row": row,
+            "text": explain(row, DrainPolicy()) if row else f"{host}: no evidence against it in this window "
+                                                            "(it is not on the drain list)"}
 
 
 def _facets(rows: list[dict], keys: tuple[str, ...]) -> dict[str, list[tuple[str, int]]]:
@@ -213,15 +226,20 @@ def hosts():
 def host(host: str):
     h = known_host(host)
     named = ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op", "started_at")
+    health = ("job", "attempt", "rank", "check_name", "status", "healthy", "output", "snapshot_at")
     tables = [
         Export("culprit-of", list(named), [[getattr(c, k) for k in named] for c in h.culprit_of]),
+        Export("health", list(health), [[getattr(c, k) for k in health] for c in h.health]),
         Export("history", ["job", "attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at"],
                [[a.job, a.attempt, a.verdict, a.root and a.root.rank, a.root and a.root.host, a.root and a.root.reason,
                  a.started_at] for a in h.attempts]),
         Export("weeks", ["week", "attempts", "root_cause", "involved"],
                [[w.week, w.attempts, w.root_cause, w.involved] for w in h.weeks]),
     ]
-    return respond("host.html", tables, h=h)
+    drain = None
+    if not request.args.get("_format"):  # the host's line of the drain list, as the drain page has it now
+        drain = next((r for r in session().report("drain", con=views()) if r["host"] == h.host), None)
+    return respond("host.html", tables, h=h, drain=drain)
 
 
 @bp.get("/sql")

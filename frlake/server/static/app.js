@@ -461,6 +461,13 @@ function sqlConsole(form) {
   if (status.dataset.autorun) run(Number(status.dataset.offset) || 0);
 }
 
+/* ---------- narrow screens: the facets and the schema fold above the table ---------- */
+
+function foldOnNarrowScreens() {
+  if (!window.matchMedia("(max-width: 760px)").matches) return;
+  document.querySelectorAll("details.facets:not([data-active]), details.schema").forEach(d => { d.open = false; });
+}
+
 /* ---------- uploads and "no more dumps will come" ---------- */
 
 function uploadForm(form) {
@@ -513,4 +520,5 @@ document.addEventListener("DOMContentLoaded", () => {
   if (found("sql-form")) sqlConsole(found("sql-form"));
   if (found("upload-form")) uploadForm(found("upload-form"));
   if (found("complete-form")) completeForm(found("complete-form"));
+  foldOnNarrowScreens();
 });
