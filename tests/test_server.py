@@ -379,3 +379,9 @@ def test_an_empty_slow_links_page_says_why_as_the_command_does(client, corpus_la
     result = CliRunner().invoke(app, ["--lake", str(corpus_lake.lake), "report", "slow-links"])
     assert result.exit_code == 0 and why in " ".join(result.stderr.split())
 
+
+def test_the_attempt_page_opens_its_trace_in_perfetto_and_the_sql_page_links_its_result(client):
+    page = client.get("/jobs/job-f70c5d/attempts/0").get_data(as_text=True)
+    assert 'id="open-perfetto" data-trace="/api/jobs/job-f70c5d/attempts/0/trace"' in page
+    sql = client.get("/sql?sql=SELECT+1+AS+one").get_data(as_text=True)
+    assert 'href="/sql?sql=SELECT+1+AS+one&amp;_format=csv"' in sql and 'id="sql-highlight"' in sql
