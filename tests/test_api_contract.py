@@ -5,6 +5,7 @@ the one shape, and every time is ISO 8601 with its offset."""
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from datetime import UTC
@@ -44,7 +45,7 @@ DOC = documented()
 # One request per endpoint, with every documented parameter given a real value.
 CALLS = [
     ("GET", "/api/health", "/api/health", None),
-    ("GET", "/api/jobs", "/api/jobs?host=b03&verdict=hang&reason=missing&since=2026-01-01&until=2100-01-01T00:00:00%2B01:00&page=1&per_page=5", None),
+    ("GET", "/api/jobs", "/api/jobs?q=job&job=job-223715&host=b03&verdict=hang&reason=missing&since=2026-01-01&until=2100-01-01T00:00:00%2B01:00&page=1&per_page=5", None),
     ("GET", "/api/jobs/<job>", "/api/jobs/job-223715", None),
     ("GET", "/api/jobs/<job>/attempts/<n>", "/api/jobs/job-223715/attempts/0", None),
     ("GET", "/api/jobs/<job>/attempts/<n>/progress", "/api/jobs/job-223715/attempts/0/progress", None),
@@ -284,3 +285,125 @@ def test_waitress_lets_flask_answer_an_upload_over_the_limit(small):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _attempts(client, query: str) -> list[tuple[str, int]]:
+    data = client.get(f"/api/jobs?per_page=500&{query}").get_json()
+    assert data["total_attempts"] == len(data["attempts"]), query
+    return [(a["job"], a["attempt"]) for a in data["attempts"]]
+
+
+def test_search_finds_a_job_by_a_part_of_its_name_a_host_or_a_verdict(app):
+    """?q= is a part of a job's name or of a host's name, any case, or a verdict's whole word; the facets
+    count what it found, and it pages like every other filter."""
+    client = app.test_client()
+    assert _attempts(client, "q=F70C5D") == [("job-f70c5d", 2), ("job-f70c5d", 1), ("job-f70c5d", 0)]
+    assert _attempts(client, "q=f70c5d") == _attempts(client, "job=job-f70c5d")
+    assert _attempts(client, "job=f70c5d") == []  # job= is one job, exactly
+    by_host = set(_attempts(client, "q=b03"))
+    assert by_host == set(_attempts(client, "host=b03")) and ("job-223715", 0) in by_host
+    hangs = client.get("/api/jobs?q=hang&per_page=500").get_json()
+    assert hangs["attempts"] and {a["verdict"] for a in hangs["attempts"]} == {"hang"}
+    assert hangs["facets"]["verdict"] == [{"value": "hang", "count": hangs["total_attempts"]}]
+    assert _attempts(client, "q=hang&verdict=healthy") == []
+    assert _attempts(client, "q=no-such-thing") == []
+    assert _attempts(client, "q=%25") == []  # a LIKE wildcard is a character like the others
+    first = client.get("/api/jobs?q=b03&per_page=2").get_json()
+    second = client.get("/api/jobs?q=b03&per_page=2&page=2").get_json()
+    assert first["total_attempts"] == second["total_attempts"] == len(by_host) and len(first["attempts"]) == 2
+    assert not {(a["job"], a["attempt"]) for a in first["attempts"]} & {(a["job"], a["attempt"]) for a in second["attempts"]}
+    page = client.get("/?q=f70c5d").get_data(as_text=True)
+    assert 'id="q"' in page and 'value="f70c5d"' in page and "3 attempt(s) matching" in page
+
+
+EXAMPLE = {"job": "job-223715", "attempt": "0", "host": "gpu-b03", "name": "hangs"}  # real values of route variables
+
+
+def _example_url(rule) -> str:
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: EXAMPLE[m.group(1)], rule.rule)
+
+
+def test_an_unknown_parameter_is_a_400_that_names_the_ones_taken_on_every_route(app):
+    """A mistyped filter (?hots=b03) never shows everything as if it had matched: every page and every API
+    route says which parameters it takes, and a request with another is a 400 naming them."""
+    client = app.test_client()
+    routes = [r for r in app.url_map.iter_rules() if r.endpoint != "static"]
+    assert len(routes) > 20
+    for rule in routes:
+        taken = app.view_functions[rule.endpoint].query_params
+        if callable(taken):
+            taken = taken(**{k: EXAMPLE[k] for k in rule.arguments})
+        method = "POST" if "POST" in rule.methods else "GET"
+        r = client.open(_example_url(rule) + "?hots=b03", method=method, headers=SAME_ORIGIN)
+        assert r.status_code == 400, (rule.rule, r.status_code, r.get_data(as_text=True)[:300])
+        message = r.get_json()["error"]["message"] if rule.rule.startswith("/api/") else \
+            html.unescape(r.get_data(as_text=True))
+        assert "'hots'" in message and all(name in message for name in taken), (rule.rule, message)
+    assert client.get("/reports/drain?reason=missing").status_code == 400  # hangs' filter, not drain's
+    assert client.get("/reports/hangs?reason=missing&op=all_gather").status_code == 200
+    for url in ("/?q=b03&page=1&per_page=5&_format=csv", "/jobs/job-223715/attempts/0?_format=json&_table=groups",
+                "/reports/drain?explain=gpu-b03", "/sql?sql=SELECT+1&_next=0"):
+        assert client.get(url).status_code == 200, url
+
+
+def test_each_api_route_takes_the_parameters_its_row_documents(app):
+    for rule in app.url_map.iter_rules():
+        if not rule.endpoint.startswith("api.") or "GET" not in rule.methods:
+            continue
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"<\1>", rule.rule).replace("<attempt>", "<n>")
+        documented = DOC[("GET", path)]["params"] - set(rule.arguments)
+        assert app.view_functions[rule.endpoint].query_params == documented, path
+
+
+def test_query_pages_past_the_row_cap_with_next(corpus_lake):
+    from frlake.query import QueryLimits
+
+    client = create_app(ServerConfig(corpus_lake, query_limits=QueryLimits(timeout_s=30, max_rows=4))).test_client()
+    sql = "SELECT range AS n FROM range(10) ORDER BY n"
+    seen, offset, pages = [], 0, 0
+    while offset is not None:
+        r = client.post("/api/query", headers=SAME_ORIGIN, json={"sql": sql, "next": offset})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        body = r.get_json()
+        assert set(body) == DOC[("POST", "/api/query")]["keys"]
+        assert body["truncated"] == (body["next"] is not None)
+        seen += [row[0] for row in body["rows"]]
+        offset, pages = body["next"], pages + 1
+    assert seen == list(range(10)) and pages == 3
+    for bad in (-1, "4", 1.5, True):
+        assert client.post("/api/query", headers=SAME_ORIGIN, json={"sql": sql, "next": bad}).status_code == 400
+    csv = client.get("/sql", query_string={"sql": sql, "_format": "csv", "_next": 4})
+    assert csv.status_code == 200 and csv.mimetype == "text/csv"
+    assert csv.get_data(as_text=True).splitlines() == ["n", "4", "5", "6", "7"]
+    assert 'rel="next"' in csv.headers["Link"] and "_next=8" in csv.headers["Link"]
+    as_json = client.get("/sql", query_string={"sql": sql, "_format": "json", "_next": 8}).get_json()
+    assert as_json["rows"] == [{"n": 8}, {"n": 9}] and as_json["next"] is None and not as_json["truncated"]
+    assert client.get("/sql", query_string={"sql": "COPY dumps TO 'x.csv'", "_format": "csv"}).status_code == 400
+    assert client.get("/sql?_format=csv").status_code == 400
+
+
+def test_a_bearer_request_is_accepted_from_any_origin(corpus_lake):
+    """curl, a script or another site's server with the token needs no Origin: a page of another site cannot
+    make a browser send that header (it would need a CORS preflight, which the server never grants)."""
+    sql = {"sql": "SELECT 42 AS answer"}
+    foreign = {"Origin": "https://elsewhere.example"}
+    with_token = create_app(ServerConfig(corpus_lake, token="t0k3n")).test_client()
+    r = with_token.post("/api/query", headers={**foreign, "Authorization": "Bearer t0k3n"}, json=sql)
+    assert r.status_code == 200 and r.get_json()["rows"] == [[42]]
+    assert with_token.post("/api/query", headers={**foreign, "Authorization": "Bearer wrong"}, json=sql).status_code == 401
+    assert with_token.post("/api/query", headers=SAME_ORIGIN, json=sql).status_code == 401
+    shared = "/sql?sql=SELECT+42+AS+answer&_format=csv"
+    assert with_token.get(shared).status_code == 401  # SQL needs the token, by POST or by GET
+    r = with_token.get(shared, headers={"Authorization": "Bearer t0k3n"})
+    assert r.status_code == 200 and r.get_data(as_text=True) == "answer\n42\n"
+    without = create_app(ServerConfig(corpus_lake)).test_client()
+    assert without.post("/api/query", headers=foreign, json=sql).status_code == 403
+    assert without.post("/api/query", headers={**foreign, "Authorization": "Bearer anything"}, json=sql).status_code == 200
+    preflight = without.open("/api/query", method="OPTIONS", headers={
+        **foreign, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    assert not [h for h in preflight.headers.keys() if h.lower().startswith("access-control-allow")]
+    embedded = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    assert without.get(shared, headers=embedded).status_code == 403  # <img src> on another site's page
+    clicked = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    assert without.get(shared, headers=clicked).status_code == 200  # a shared link, opened
+    assert without.get(shared, headers={"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}).status_code == 200

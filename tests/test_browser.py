@@ -226,9 +226,9 @@ def test_facets_filters_and_export_links(server, page):
     assert "gpu-b03" in hosts and len(_column(page, "jobs", 4)) >= 3
     page.goto(server + "/reports/hangs")
     assert page.locator(".facet[data-facet=reason] li").count() >= 1
-    page.locator(".facet[data-facet=reason] a", has_text="size_mismatch").click()
-    page.wait_for_url("**reason=size_mismatch**")
-    assert set(_column(page, "hangs", 2)) == {"size_mismatch"}
+    page.locator(".facet[data-facet=reason] a", has_text="missing").click()  # the report lists hangs only
+    page.wait_for_url("**reason=missing**")
+    assert set(_column(page, "hangs", 2)) == {"missing"}
     _shot(page, "hangs-facets")
 
 
@@ -426,3 +426,49 @@ def test_upload_one_dump_of_four_then_mark_it_complete(server, page, corpus, tmp
     page.click("#send")
     page.wait_for_selector("#upload-result[data-done=error]")
     assert "the attempt field must be a whole number" in page.locator("#upload-result").inner_text()
+
+
+def test_open_in_perfetto_hands_the_trace_over_after_pong(server, page):
+    """ui.perfetto.dev is not reachable here: window.open gives a stand-in window that records what is
+    posted to it, and the PONG comes from that window."""
+    page.goto(server + "/jobs/job-f70c5d/attempts/0")
+    assert page.locator("#trace-download").is_visible() and page.locator("#open-perfetto").is_visible()
+    page.evaluate("""() => {
+        const frame = document.createElement('iframe');
+        document.body.appendChild(frame);
+        window.posted = [];
+        frame.contentWindow.postMessage = (message, origin, transfer) => window.posted.push({message, origin, transfer});
+        window.open = url => { window.opened = url; return frame.contentWindow; };
+        window.standIn = frame.contentWindow;
+    }""")
+    page.click("#open-perfetto")
+    page.wait_for_function("() => window.posted.some(p => p.message === 'PING')")  # it waits for an answer
+    assert page.evaluate("() => window.opened") == "https://ui.perfetto.dev"
+    assert not page.evaluate("() => window.posted.some(p => p.message.perfetto)")
+    page.evaluate("""() => window.dispatchEvent(new MessageEvent('message',
+        {data: 'PONG', origin: 'https://ui.perfetto.dev', source: window.standIn}))""")
+    page.wait_for_function("() => window.posted.some(p => p.message.perfetto)")
+    sent = page.evaluate("""() => { const p = window.posted.find(p => p.message.perfetto);
+        const m = p.message.perfetto;
+        return {origin: p.origin, title: m.title, url: m.url, transferred: p.transfer[0] === m.buffer,
+                trace: JSON.parse(new TextDecoder().decode(m.buffer))}; }""")
+    assert sent["origin"] == "https://ui.perfetto.dev" and sent["title"] == "job-f70c5d attempt 0"
+    assert sent["url"].endswith("/jobs/job-f70c5d/attempts/0") and sent["transferred"]
+    assert sent["trace"]["traceEvents"] and "frlake" in sent["trace"]["otherData"]
+    pings = page.evaluate("() => window.posted.filter(p => p.message === 'PING').length")
+    page.wait_for_timeout(200)
+    assert page.evaluate("() => window.posted.filter(p => p.message === 'PING').length") == pings  # it stopped
+
+
+def test_the_job_chart_has_even_ticks_and_a_legend_of_verdicts(server, page):
+    page.goto(server + "/jobs/job-f70c5d")
+    page.wait_for_function("() => Chart.getChart(document.getElementById('job-chart')) !== undefined")
+    chart = page.evaluate("""() => { const c = Chart.getChart(document.getElementById('job-chart'));
+        return {ticks: c.scales.x.ticks.map(t => t.value), labels: c.scales.x.ticks.map(t => t.label),
+                legend: c.legend.legendItems.map(i => [i.text, i.fillStyle])}; }""")
+    (step,) = {b - a for a, b in zip(chart["ticks"], chart["ticks"][1:])}  # one step
+    assert all(t % step == 0 for t in chart["ticks"])  # on round times: 07:44:30, 07:45:00, ...
+    assert len(set(chart["labels"])) == len(chart["labels"]) >= 3
+    assert [text for text, _ in chart["legend"]] == ["mismatch", "hang", "straggler"]  # the job's three verdicts
+    assert len({colour for _, colour in chart["legend"]}) == 3
+    _shot(page, "job-chart")

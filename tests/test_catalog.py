@@ -243,3 +243,24 @@ def test_0007_finds_the_due_diagnoses_without_reading_every_attempt(tmp_path, co
     catalog.close()
     engine.dispose()
     assert "ix_attempts_diagnosis_due" in plan or "Seq Scan" in plan  # PostgreSQL may scan a tiny table
+
+
+@pytest.mark.slow
+def test_the_jobs_search_is_one_query_on_each_backend(any_db, corpus):
+    """q: a part of a job's or a host's name in any case, or a verdict; the facets count what it finds."""
+    from frlake.session import Frlake
+
+    with Frlake(any_db) as fl:
+        fl.ingest([corpus / "job-223715", corpus / "job-f70c5d", corpus / "job-e211c0"], IngestOptions(workers=2))
+    with Frlake(any_db, must_exist=True) as fl:
+        def found(**filters):
+            total, rows = fl.list_attempts(limit=None, **filters)
+            assert total == len(rows)
+            return [(a.job, a.attempt) for a in rows]
+
+        assert found(q="F70C5D") == [("job-f70c5d", 2), ("job-f70c5d", 1), ("job-f70c5d", 0)]
+        assert set(found(q="C04")) == {("job-223715", 0)}  # a host's name
+        assert set(found(q="hang")) == {("job-223715", 0), ("job-f70c5d", 0), ("job-e211c0", 0)}
+        assert found(q="hang", job="job-e211c0") == [("job-e211c0", 0)]
+        assert found(q="_") == found(q="%") == []  # LIKE's wildcards are plain characters
+        assert fl.attempt_facets(q="f70c5d").verdict == (("hang", 1), ("mismatch", 1), ("straggler", 1))

@@ -250,7 +250,7 @@ def test_the_list_of_commands_gives_each_one_line_at_80_columns(group):
     rows = [line.strip() for line in panel if line.strip()]
     names = [row.split()[0] for row in rows]
     expected = (["upgrade", "downgrade", "current"] if group else
-                ["ingest", "query", "files", "diagnose", "rediagnose", "entries", "report", "forget", "compact",
+                ["ingest", "query", "files", "jobs", "diagnose", "rediagnose", "entries", "report", "forget", "compact",
                  "trace", "serve", "db"])
     assert names == expected, rows  # a summary that wrapped would start a row of its own
     assert all(len(row.split(maxsplit=1)) == 2 for row in rows), rows
@@ -353,3 +353,23 @@ def test_entries_mark_the_hung_collective_and_explain_their_cells(corpus_lake):
     assert len(hung) == 1 and "tp 1" in hung[0] and "│   4 │" in hung[0], hung
     text = " ".join(result.output.split())
     assert "Q scheduled, S started, C completed" in text and "in ms after the group's first member" in text
+
+
+def test_jobs_finds_attempts_by_a_part_of_a_job_or_host_name_or_a_verdict(corpus_lake):
+    found = run(corpus_lake, "jobs", "F70C5D", "-f", "json")
+    assert found.exit_code == 0, found.output
+    rows = json.loads(found.stdout)
+    assert [(r["job"], r["attempt"]) for r in rows] == [("job-f70c5d", 2), ("job-f70c5d", 1), ("job-f70c5d", 0)]
+    assert list(rows[0]) == ["job", "attempt", "verdict", "root_cause", "hosts", "started"]
+    assert rows[2]["root_cause"] == "rank 5 on gpu-b03 (missing)" and "gpu-b03" in rows[2]["hosts"]
+    hangs = json.loads(run(corpus_lake, "jobs", "hang", "-f", "json").stdout)
+    assert hangs and {r["verdict"] for r in hangs} == {"hang"}
+    table = run(corpus_lake, "jobs", "b03", "--limit", "2")
+    assert table.exit_code == 0 and table.stdout.count("│ job-") == 2
+    lines_fit(table.stdout)
+    assert re.search(r"the newest 2 of \d+ matching attempts", table.stderr)
+    csv_rows = list(csv.reader(io.StringIO(run(corpus_lake, "jobs", "--verdict", "mismatch", "-f", "csv").stdout)))
+    assert csv_rows[0][:3] == ["job", "attempt", "verdict"] and {r[2] for r in csv_rows[1:]} == {"mismatch"}
+    nothing = run(corpus_lake, "jobs", "no-such-job")
+    assert nothing.exit_code == 0 and "no attempt matches 'no-such-job'" in nothing.stderr
+    assert run(corpus_lake, "jobs", "--verdict", "hanged").exit_code == 2

@@ -18,7 +18,7 @@ README = (ROOT / "README.md").read_text()
 SCHEMA = (ROOT / "docs" / "schema.md").read_text()
 runner = CliRunner()
 
-COMMANDS = [["ingest"], ["query"], ["files"], ["diagnose"], ["rediagnose"], ["report"], ["serve"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
+COMMANDS = [["ingest"], ["query"], ["files"], ["jobs"], ["diagnose"], ["rediagnose"], ["report"], ["serve"], ["db", "upgrade"], ["db", "downgrade"], ["db", "current"]]
 
 
 def _shell_blocks(text: str) -> list[str]:

@@ -324,3 +324,65 @@ def test_a_diagnosis_stored_again_changes_the_catalog_version(fresh):
         fl.mark_complete("job-223715", 0)
         assert fl.catalog.version() != version
     assert c.get("/api/jobs/job-223715/attempts/0/diagnosis").get_json()["complete"] != before["complete"]
+
+
+PAGES = ["/", "/?q=b03", "/jobs/job-f70c5d", "/jobs/job-f70c5d/attempts/0", "/jobs/job-f70c5d/attempts/0/entries",
+         "/hosts", "/hosts/gpu-b03", "/reports/slow-ranks", "/reports/hangs", "/reports/drain", "/reports/slow-links"]
+
+
+def test_every_table_has_the_one_tables_chrome(client):
+    """Each table of every page is _macros.html's data_table: its row count, sortable headers and CSV and JSON
+    links that keep the page's query string and export that table; and breadcrumbs on every page."""
+    import re
+
+    for url in PAGES:
+        page = client.get(url).get_data(as_text=True)
+        assert '<nav class="crumbs"' in page, url
+        tables = re.findall(r"<table[^>]*>", page)
+        assert tables, url
+        for tag in tables:
+            assert 'class="data sortable"' in tag, (url, tag)
+        boxes = page.split('<div class="table-box">')[1:]
+        assert len(boxes) == len(tables), url
+        for box in boxes:
+            assert re.search(r"\d+ rows? · click a header to sort", box), url
+            for fmt in ("csv", "json"):
+                href = re.search(rf'class="export-{fmt}" href="([^"]*)"', box).group(1).replace("&amp;", "&")
+                assert f"_format={fmt}" in href and ("q=b03" in href) == ("q=b03" in url), (url, href)
+                assert client.get(url.split("?")[0] + href).status_code == 200, (url, href)
+
+
+def test_names_and_times_never_break_inside(client):
+    page = client.get("/jobs/job-f70c5d/attempts/0").get_data(as_text=True)
+    assert '<span class="name">gpu-b04</span>' in page  # in "waited for by": rank 2 on gpu-b04, ...
+    assert '<time data-sort=' in client.get("/").get_data(as_text=True)
+
+
+def test_the_drain_list_explains_a_host_and_the_host_page_shows_its_state(client):
+    drain = client.get("/reports/drain?explain=gpu-b03").get_data(as_text=True)
+    assert 'id="drain-explain"' in drain and "gpu-b03: score" in drain and "frlake report drain --explain gpu-b03" in drain
+    assert "no evidence against it" in client.get("/reports/drain?explain=gpu-zz9").get_data(as_text=True)
+    host = client.get("/hosts/gpu-b03").get_data(as_text=True)
+    state = host.split('id="drain-state"', 1)[1].split("</p>", 1)[0]
+    assert "exclude" in state and "/reports/drain?explain=gpu-b03" in state and "--explain gpu-b03" in state
+    assert 'class="drain-action">ok<' in client.get("/hosts/gpu-c04").get_data(as_text=True)
+
+
+def test_an_empty_slow_links_page_says_why_as_the_command_does(client, corpus_lake):
+    from typer.testing import CliRunner
+
+    from frlake.cli.main import app
+    from frlake.query.reports import REPORTS
+
+    why = REPORTS["slow-links"].empty
+    assert "no dump with timing (duration_ms)" in why
+    assert why.replace("'", "&#39;") in client.get("/reports/slow-links").get_data(as_text=True)
+    result = CliRunner().invoke(app, ["--lake", str(corpus_lake.lake), "report", "slow-links"])
+    assert result.exit_code == 0 and why in " ".join(result.stderr.split())
+
+
+def test_the_attempt_page_opens_its_trace_in_perfetto_and_the_sql_page_links_its_result(client):
+    page = client.get("/jobs/job-f70c5d/attempts/0").get_data(as_text=True)
+    assert 'id="open-perfetto" data-trace="/api/jobs/job-f70c5d/attempts/0/trace"' in page
+    sql = client.get("/sql?sql=SELECT+1+AS+one").get_data(as_text=True)
+    assert 'href="/sql?sql=SELECT+1+AS+one&amp;_format=csv"' in sql and 'id="sql-highlight"' in sql

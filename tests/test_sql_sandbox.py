@@ -304,3 +304,16 @@ def test_query_limits_keep_their_old_shape():
     assert QueryLimits(5.0, 7) == QueryLimits(timeout_s=5.0, max_rows=7)
     with pytest.raises(ValueError):
         QueryLimits(max_memory=0)
+
+
+def test_the_rows_after_a_cap_start_at_their_offset(corpus_fl):
+    """A page of a result cut at the row cap: the rows before the offset stream past, dropped, across
+    Arrow batches; the caps count from the offset."""
+    sql = "SELECT range AS n FROM range(3000) ORDER BY n"
+    with corpus_fl.sandbox(QueryLimits(max_rows=4)) as sandbox:
+        page = sandbox.run(sql, offset=1022)  # across the first batch of 1,024 rows
+        assert [r[0] for r in page.rows] == [1022, 1023, 1024, 1025] and page.truncated
+        last = sandbox.run(sql, offset=2997)
+        assert [r[0] for r in last.rows] == [2997, 2998, 2999] and not last.truncated
+        assert sandbox.run(sql, offset=5000).rows == []
+        assert sandbox.run("SELECT 1 AS one", offset=0).rows == [(1,)]

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from frlake.catalog.db import Store, chunks
 from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, Job
+from frlake.entities import VERDICTS
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,13 @@ class Attempts(Store):
 
     def page(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
              since_ns: int | None = None, until_ns: int | None = None, reason: str | None = None,
-             exact_host: str | None = None, offset: int = 0, limit: int = 50) -> tuple[int, list[AttemptRow]]:
+             exact_host: str | None = None, q: str | None = None, offset: int = 0,
+             limit: int | None = 50) -> tuple[int, list[AttemptRow]]:
         """Attempts newest first, filtered (``host``: a part of a host's name,
-        any case; ``exact_host``: that host; ``reason``: the root cause's); returns
-        (total matching, one page)."""
-        q = _query(job, host, verdict, since_ns, until_ns, reason, exact_host)
+        any case; ``exact_host``: that host; ``reason``: the root cause's; ``q``:
+        a search, see ``_search``); returns (total matching, one page; ``limit``
+        None: every one)."""
+        q = _query(job, host, verdict, since_ns, until_ns, reason, exact_host, q)
         with self.session() as s:
             total = s.scalar(select(func.count()).select_from(q.subquery()))
             rows = s.execute(
@@ -103,11 +106,11 @@ class Attempts(Store):
 
     def facets(self, *, job: str | None = None, host: str | None = None, verdict: str | None = None,
                since_ns: int | None = None, until_ns: int | None = None, reason: str | None = None,
-               limit: int = 20) -> dict[str, list[tuple[str, int]]]:
+               q: str | None = None, limit: int = 20) -> dict[str, list[tuple[str, int]]]:
         """Counts of the attempts ``page`` would list, by verdict, by
         host (the attempts with a dump from it) and by the root cause's
         reason, most first (datasette's facets)."""
-        matching = _query(job, host, verdict, since_ns, until_ns, reason).subquery()
+        matching = _query(job, host, verdict, since_ns, until_ns, reason, q=q).subquery()
         with self.session() as s:
             def counts(column, source) -> list[tuple[str, int]]:
                 n = func.count().label("n")
@@ -143,12 +146,12 @@ class Attempts(Store):
             )
 
 
-def _query(job, host, verdict, since_ns, until_ns, reason=None, exact_host=None):
+def _query(job, host, verdict, since_ns, until_ns, reason=None, exact_host=None, q=None):
     """The attempts that match the filters, with their stored verdict and root cause (Attempts.page)."""
     n_dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
     root = (select(CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.incident_id)
             .where(CulpritRow.position == 0).subquery())
-    q = (
+    query = (
         select(Job.name, Attempt.number, IncidentRow.verdict, IncidentRow.summary, n_dumps, Attempt.started_ns,
                Attempt.last_seen_at, root.c.rank, root.c.host, root.c.reason, Attempt.id)
         .join(Attempt, Attempt.job_id == Job.id)
@@ -156,21 +159,34 @@ def _query(job, host, verdict, since_ns, until_ns, reason=None, exact_host=None)
         .outerjoin(root, root.c.incident_id == IncidentRow.id)
     )
     if job is not None:
-        q = q.where(Job.name == job)
+        query = query.where(Job.name == job)
     if verdict is not None:
-        q = q.where(IncidentRow.verdict == verdict)
+        query = query.where(IncidentRow.verdict == verdict)
     if reason is not None:
-        q = q.where(root.c.reason == reason)
+        query = query.where(root.c.reason == reason)
     if host is not None:  # a part of the host's name, any case ("b03" finds gpu-b03)
-        part = host.lower()
-        q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id,
-                                          func.lower(Dump.host).contains(part, autoescape=True)).exists()
-                    | func.lower(root.c.host).contains(part, autoescape=True))
+        query = query.where(_host_contains(host.lower(), root))
     if exact_host is not None:
-        q = q.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == exact_host).exists()
-                    | (root.c.host == exact_host))
+        query = query.where(select(Dump.id).where(Dump.attempt_id == Attempt.id, Dump.host == exact_host).exists()
+                            | (root.c.host == exact_host))
+    if q is not None and q.strip():
+        query = query.where(_search(q.strip().lower(), root))
     if since_ns is not None:
-        q = q.where(Attempt.started_ns >= since_ns)
+        query = query.where(Attempt.started_ns >= since_ns)
     if until_ns is not None:
-        q = q.where(Attempt.started_ns < until_ns)
-    return q
+        query = query.where(Attempt.started_ns < until_ns)
+    return query
+
+
+def _host_contains(part: str, root):
+    """A host of the attempt (one that left a dump, or its root cause's) has ``part`` in its name, any case."""
+    return (select(Dump.id).where(Dump.attempt_id == Attempt.id,
+                                  func.lower(Dump.host).contains(part, autoescape=True)).exists()
+            | func.lower(root.c.host).contains(part, autoescape=True))
+
+
+def _search(text: str, root):
+    """What the jobs page's search box finds (``text`` in lower case): a part of the job's name, a part
+    of a host's name, or a verdict's whole word ("hang" also finds every hang, whatever its job's name)."""
+    found = func.lower(Job.name).contains(text, autoescape=True) | _host_contains(text, root)
+    return found | (IncidentRow.verdict == text) if text in VERDICTS else found

@@ -14,6 +14,7 @@ from frlake.cli.diagnose import diagnose_command, rediagnose_command
 from frlake.cli.entries import entries_command
 from frlake.cli.forget import forget_command
 from frlake.cli.ingest import ingest_command
+from frlake.cli.jobs import jobs_command
 from frlake.cli.query import files_command, query_command, query_help
 from frlake.cli.report import report_command
 from frlake.cli.serve import serve_command
@@ -62,6 +63,7 @@ def main_options(
 app.command("ingest", short_help="Ingest dump files, folders and archives; safe to re-run.")(with_output_options(ingest_command))
 app.command("query", help=query_help(), short_help="Run one read-only SQL query over the lake's views.")(with_output_options(query_command))
 app.command("files", short_help="List the files seen: ingested, duplicate or rejected, and why.")(with_output_options(files_command))
+app.command("jobs", short_help="List the attempts whose job or host matches, newest first.")(with_output_options(jobs_command))
 app.command("diagnose", short_help="Say what went wrong in an attempt and who caused it.")(with_output_options(diagnose_command))
 app.command("rediagnose", short_help="Diagnose every attempt again (after frlake's algorithm changed).")(with_output_options(rediagnose_command))
 app.command("entries", short_help="One attempt's collectives with its ranks side by side.")(with_output_options(entries_command))

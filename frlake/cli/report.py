@@ -14,6 +14,7 @@ from frlake.cli._common import (
     LakeOpt,
     emit_json,
     emit_rows,
+    err_console,
     open_session,
     parse_duration,
     user_errors,
@@ -108,10 +109,12 @@ def report_command(
     out = Format(fmt.value)
     if out in (Format.json, Format.ndjson):
         emit_json(list(rows), out)
-        return
-    columns = list(rows.columns) if out is Format.csv else list(REPORTS[name.value].columns)
-    table = [[r[c] if out is Format.csv else _cell(r[c]) for c in columns] for r in rows]
-    emit_rows(columns, table, out, title=REPORTS[name.value].title if out is Format.table else None)
+    else:
+        columns = list(rows.columns) if out is Format.csv else list(REPORTS[name.value].columns)
+        table = [[r[c] if out is Format.csv else _cell(r[c]) for c in columns] for r in rows]
+        emit_rows(columns, table, out, title=REPORTS[name.value].title if out is Format.table else None)
+    if not rows:  # why, on stderr: what the report's page says (standard output stays the format's)
+        err_console.print(REPORTS[name.value].empty, highlight=False, markup=False, soft_wrap=True)
 
 
 def _cell(value):

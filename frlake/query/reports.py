@@ -164,6 +164,7 @@ class Report:
     compute: Callable[..., list[Row]] | None = None
     # Tested on every engine (frlake.engines): the SQL alone, portable. The others run on DuckDB only.
     portable: bool = True
+    empty: str = "no row in this window"  # why it has no row: the page and the command say the same
 
     def statement(self, limit: int | None = None) -> str:
         return self.sql + (f" LIMIT {int(limit)}" if limit else "")
@@ -196,17 +197,20 @@ def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = N
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", FLAKY_HOSTS, "Flaky hosts", "Which hosts should we drain?",
            ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts",
-           finish=_by_reason_dict),
+           finish=_by_reason_dict, empty="no host took part in an attempt in this window"),
     Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
-           "slow_ranks.html", "Slow ranks"),
+           "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature"),
-           "hangs.html", "Hangs"),
+           "hangs.html", "Hangs", empty="no hang or mismatch in this window"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
-           views=("attempts", "culprits"), compute=_drain, portable=False),
+           views=("attempts", "culprits"), compute=_drain, portable=False,
+           empty="no host holds a root cause in this window"),
     Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
-            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict),
+            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict,
+           empty="no dump with timing (duration_ms) in this window: slow links need NCCL's timing "
+                 "(TORCH_NCCL_ENABLE_TIMING=1) and sibling groups to compare"),
 )}

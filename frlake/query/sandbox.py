@@ -89,12 +89,13 @@ class Sandbox:
         self._baseline = catalog_state(con)
         self.closed = False
 
-    def run(self, sql: str, limits: QueryLimits | None = None) -> QueryResult:
-        """Check ``sql`` and run it with the time limit and the caps."""
+    def run(self, sql: str, limits: QueryLimits | None = None, offset: int = 0) -> QueryResult:
+        """Check ``sql`` and run it with the time limit and the caps, from its row ``offset`` on (the
+        next page of a result cut at a cap: the rows before it are computed and dropped as they stream)."""
         check_statement(sql)
-        return self.run_unchecked(sql, limits)
+        return self.run_unchecked(sql, limits, offset)
 
-    def run_unchecked(self, sql: str, limits: QueryLimits | None = None) -> QueryResult:
+    def run_unchecked(self, sql: str, limits: QueryLimits | None = None, offset: int = 0) -> QueryResult:
         """Run ``sql`` without the parser check: the sandbox's other layers
         alone (tests use it to show they hold without the check)."""
         if self.closed:
@@ -106,7 +107,7 @@ class Sandbox:
         try:
             for name, obj in self._sources.items():
                 cur.register(name, obj)
-            return _fetch_limited(cur, sql, limits)
+            return _fetch_limited(cur, sql, limits, offset)
         finally:
             cur.close()
             if catalog_state(self.con) != self._baseline:
@@ -149,7 +150,7 @@ def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -
     return _fetch_limited(con, sql, limits)
 
 
-def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> QueryResult:
+def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits, offset: int = 0) -> QueryResult:
     timer = threading.Timer(limits.timeout_s, cur.interrupt)
     started = time.perf_counter()
     timer.start()
@@ -157,7 +158,7 @@ def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits
         relation = cur.sql(sql)  # streams: rows past the caps are never computed
         columns = list(relation.columns) if relation is not None else []
         types = [str(t) for t in relation.types] if relation is not None else []
-        batches, size, truncated = _read_capped(relation, limits) if relation is not None else ([], 0, False)
+        batches, size, truncated = _read_capped(relation, limits, offset) if relation is not None else ([], 0, False)
     except duckdb.InterruptException:
         raise QueryError(_timeout_message(limits)) from None
     except duckdb.OutOfMemoryException:
@@ -175,13 +176,20 @@ def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits
     return QueryResult(columns, rows, truncated, time.perf_counter() - started, size, types)
 
 
-def _read_capped(relation: duckdb.DuckDBPyRelation, limits: QueryLimits) -> tuple[list[pa.RecordBatch], int, bool]:
-    """Arrow batches up to max_rows + 1 rows and max_bytes bytes; the reader
-    is closed there, so the rest of the result is never computed."""
+def _read_capped(relation: duckdb.DuckDBPyRelation, limits: QueryLimits,
+                 skip: int = 0) -> tuple[list[pa.RecordBatch], int, bool]:
+    """Arrow batches up to max_rows + 1 rows and max_bytes bytes, after the first ``skip`` rows (dropped,
+    never held); the reader is closed there, so the rest of the result is never computed."""
     reader = relation.to_arrow_reader(_BATCH_ROWS)
     batches, rows, size = [], 0, 0
     try:
         for batch in reader:
+            if skip:
+                dropped = min(skip, batch.num_rows)
+                skip -= dropped
+                batch = batch.slice(dropped)
+                if not batch.num_rows:
+                    continue
             if batch.nbytes > limits.max_bytes - size:
                 keep = _rows_that_fit(batch, limits.max_bytes - size)
                 if keep:

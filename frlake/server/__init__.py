@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from flask import Flask, Request, current_app
 from flask.json.provider import DefaultJSONProvider
+from markupsafe import Markup, escape
 
 from frlake.server.config import ServerConfig
 from frlake.session import Frlake
@@ -43,6 +45,15 @@ def _when(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_NAME = re.compile(r"[\w.]+(?:-[\w.]+)+")  # gpu-b03, job-20d6d4, 2026-11-29
+
+
+def _names(text) -> Markup:
+    """A text whose hyphenated names never break across lines (a line breaks after a hyphen by default):
+    "rank 2 on gpu-b04" wraps between words only. Copying it gives the same characters."""
+    return Markup(_NAME.sub(lambda m: f'<span class="name">{m.group(0)}</span>', str(escape(text or ""))))
+
+
 def _with_page(args, page: int) -> str:
     query = {k: v for k, v in args.items() if k != "page" and v}
     query["page"] = page
@@ -69,7 +80,7 @@ class _Request(Request):
 
 def create_app(config: ServerConfig) -> Flask:
     from frlake.ingest.upload import UPLOADS_DIR, DiskBudget, remove_stale_uploads
-    from frlake.server import api, context, errors, security, ui
+    from frlake.server import api, context, errors, params, security, ui
 
     app = Flask(__name__)
     app.request_class = _Request
@@ -85,6 +96,7 @@ def create_app(config: ServerConfig) -> Flask:
     app.extensions["frlake_upload_dir"] = str(uploads)
     app.extensions["frlake_upload_budget"] = DiskBudget(config.upload_limits.budget_bytes)
     security.register(app)
+    params.register(app)  # after the security checks: a foreign request learns nothing of the parameters
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(ui.bp)
     errors.register(app)
@@ -112,6 +124,7 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(weaker_text, "weaker_text")
     app.add_template_filter(stack_label, "stack_label")
     app.add_template_filter(split_stack, "split_stack")
+    app.add_template_filter(_names, "names")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
     if config.watch is not None:

@@ -15,6 +15,7 @@ from frlake.query.reports import REPORTS
 from frlake.server.context import attempt_facets, config, sandbox, session, upload_budget, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
+    JOBS,
     arrivals_view,
     diagnosis,
     entries_view,
@@ -24,6 +25,7 @@ from frlake.server.params import (
     list_attempts_args,
     progress,
     similar,
+    takes,
     trace_window,
     window,
 )
@@ -50,11 +52,13 @@ def require_token() -> None:
 
 
 @bp.get("/health")
+@takes()
 def health():
     return jsonify({"status": "ok"})
 
 
 @bp.get("/watch")
+@takes()
 def watch():
     """The watched paths' scanner (``frlake serve --watch``): its last scan, errors and next run."""
     watcher = current_app.extensions.get("frlake_watch")
@@ -64,6 +68,7 @@ def watch():
 
 
 @bp.get("/jobs")
+@takes(*JOBS)
 def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
@@ -78,12 +83,14 @@ def jobs():
 
 
 @bp.get("/jobs/<path:job>")
+@takes()
 def job(job: str):
     known_job(job)
     return jsonify(session().job_history(job, views()))
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
+@takes()
 def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
     d = diagnosis(job, attempt)
@@ -92,17 +99,20 @@ def attempt_detail(job: str, attempt: int):
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")
+@takes()
 def attempt_progress(job: str, attempt: int):
     known_attempt(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "groups": progress(job, attempt)})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/diagnosis")
+@takes()
 def attempt_diagnosis(job: str, attempt: int):
     return jsonify(diagnosis(job, attempt).to_dict())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
+@takes("ranks", "pg", "seq")
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view, stacks = entries_view(job, attempt)
@@ -110,6 +120,7 @@ def attempt_entries(job: str, attempt: int):
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/arrivals")
+@takes("pg", "last", "seq", "around", "max_ranks")
 def attempt_arrivals(job: str, attempt: int):
     known_attempt(job, attempt)
     try:
@@ -119,6 +130,7 @@ def attempt_arrivals(job: str, attempt: int):
 
 
 @bp.post("/jobs/<path:job>/attempts/<int:attempt>/complete")
+@takes()
 def attempt_complete(job: str, attempt: int):
     """No more dumps of this attempt will come: diagnose it with the ones there are, and keep the mark."""
     require_token()
@@ -129,6 +141,7 @@ def attempt_complete(job: str, attempt: int):
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/trace")
+@takes("ranks", "pg", "around", "max_events")
 def attempt_trace(job: str, attempt: int):
     known_attempt(job, attempt)
     stream = session().trace(job, attempt, trace_window())  # its own connection: the stream outlives the request's g
@@ -138,6 +151,7 @@ def attempt_trace(job: str, attempt: int):
 
 
 @bp.get("/reports/<name>")
+@takes("since", "until", "limit")
 def report(name: str):
     if name not in REPORTS:
         raise ApiError(404, "not_found", f"no report {name!r}; there are {', '.join(REPORTS)}")
@@ -146,11 +160,13 @@ def report(name: str):
 
 
 @bp.get("/hosts")
+@takes("since", "until")
 def hosts():
     return jsonify({"hosts": session().report("flaky-hosts", window(), con=views())})
 
 
 @bp.get("/hosts/<host>")
+@takes()
 def host(host: str):
     return jsonify(known_host(host))
 
@@ -168,24 +184,38 @@ def known_host(host: str) -> HostHistory:
 
 
 @bp.get("/query/examples")
+@takes()
 def examples():
     return jsonify({"examples": [{"title": t, "sql": q} for t, q in EXAMPLES]})
 
 
 @bp.post("/query")
+@takes()
 def query():
     require_token()
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or not isinstance(body.get("sql"), str) or not body["sql"].strip():
-        raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."}')
-    result = sandbox().run(body["sql"])
+        raise ApiError(400, "bad_request", 'send JSON {"sql": "SELECT ..."} (and "next" for the rows after a cap)')
+    offset = body.get("next") or 0
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ApiError(400, "bad_request", f'"next" is the "next" of the answer before (a row number), not {offset!r}')
     from frlake.values import deep_plain
 
-    return jsonify({"columns": result.columns, "rows": [deep_plain(list(r)) for r in result.rows],
-                    "truncated": result.truncated, "seconds": round(result.seconds, 4)})
+    result = run_query(body["sql"], offset)
+    return jsonify({**result, "rows": [deep_plain(list(r)) for r in result["rows"]]})
+
+
+def run_query(sql: str, offset: int = 0) -> dict:
+    """Users' SQL in this thread's sandbox, from row ``offset`` on: ``columns``, ``rows``, ``truncated``,
+    ``seconds`` and ``next`` (the offset of the rows after a cap, None when there are none)."""
+    result = sandbox().run(sql, offset=offset)
+    more = result.truncated and bool(result.rows)  # a first row over the byte cap cannot be paged past
+    return {"columns": result.columns, "rows": result.rows, "truncated": result.truncated,
+            "seconds": round(result.seconds, 4), "next": offset + len(result.rows) if more else None}
 
 
 @bp.post("/dumps")
+@takes()
 def upload():
     require_token()
     form = request.form

@@ -1,13 +1,16 @@
 """Reading a request's parameters, shared by the pages and the API: each
-wrong value is a 400 (or 404) with a message that says what is expected."""
+wrong value is a 400 (or 404) with a message that says what is expected, and
+a parameter the route does not take is a 400 that names the ones it does
+(``takes``), never silently ignored."""
 
 from __future__ import annotations
 
 import difflib
 from datetime import date, datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
-from flask import request, url_for
+from flask import Flask, request, url_for
 
 from frlake.entities import REASONS, VERDICTS, Diagnosis
 from frlake.query.window import Window, parse_when
@@ -18,6 +21,46 @@ if TYPE_CHECKING:
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
     from frlake.query.side_by_side import SideBySide
+
+
+EXPORT = ("_format", "_table")  # every page's CSV and JSON exports (tables.py)
+JOBS = ("q", "job", "host", "verdict", "reason", "since", "until", "page", "per_page")  # the jobs list's
+
+
+def takes(*names: str, by=None):
+    """The query parameters a view reads (``by``: a function of the route's variables that gives them,
+    for a route whose pages differ): a request with any other is a 400 (``check_known``)."""
+    def mark(view):
+        view.query_params = by or frozenset(names)
+        return view
+    return mark
+
+
+def check_known(allowed: frozenset[str] | set[str], what: str | None = None) -> None:
+    """A 400 for a query parameter not in ``allowed``: a mistyped filter (``?hots=b03``) would
+    otherwise show everything as if it had matched. Its message and error page name the ones taken."""
+    unknown = sorted(set(request.args) - set(allowed))
+    if not unknown:
+        return
+    kept = [(k, v) for k, v in request.args.items(multi=True) if k in allowed]
+    what = what or request.path
+    raise ApiError(400, "unknown_parameter",
+                   f"{what} takes no parameter {', '.join(repr(u) for u in unknown)}; it takes "
+                   + (", ".join(sorted(allowed)) if allowed else "none"),
+                   see=[(f"{request.path} without {', '.join(unknown)}",
+                         request.path + ("?" + urlencode(kept) if kept else ""))])
+
+
+def register(app: Flask) -> None:
+    @app.before_request
+    def _known_parameters():
+        if request.routing_exception is not None:
+            return  # a 404 or 405 says so itself
+        allowed = getattr(app.view_functions.get(request.endpoint), "query_params", None)
+        if callable(allowed):
+            allowed = allowed(**(request.view_args or {}))
+        if allowed is not None:  # every page and API route says what it takes (the static files do not)
+            check_known(allowed)
 
 
 def when_arg(name: str) -> date | datetime | None:
@@ -64,11 +107,13 @@ def host_arg() -> str | None:
 
 
 def list_attempts_args() -> dict:
-    """The jobs list's filters and page, as ``catalog.attempts.page`` takes them."""
+    """The jobs list's filters and page, as ``catalog.attempts.page`` takes them: ``q`` searches (a part of
+    a job's or a host's name, any case, or a verdict), ``job`` is one job exactly."""
     since_ns, until_ns = window().bounds_ns()
     per_page = int_arg("per_page", config().page_size, 1, 500)
     page = int_arg("page", 1, 1)
-    return {"host": host_arg(), "verdict": choice_arg("verdict", VERDICTS), "reason": choice_arg("reason", REASONS),
+    return {"q": (request.args.get("q") or "").strip() or None, "job": request.args.get("job") or None,
+            "host": host_arg(), "verdict": choice_arg("verdict", VERDICTS), "reason": choice_arg("reason", REASONS),
             "since_ns": since_ns, "until_ns": until_ns, "offset": (page - 1) * per_page, "limit": per_page,
             "page": page, "per_page": per_page}
 

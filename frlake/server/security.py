@@ -10,7 +10,16 @@ same-origin check (against cross-site requests), run before every request.
   when the server has a token, that token (``Authorization: Bearer``), which a
   page on another site cannot send; and without a token, an ``Origin`` (or,
   failing that, a ``Referer``) naming this server, which every browser sends
-  with a POST and no page can forge. Anything else is a 401 or a 403.
+  with a POST and no page can forge, or an ``Authorization: Bearer`` header.
+  Anything else is a 401 or a 403.
+
+A request with ``Authorization: Bearer`` needs no Origin from any client
+(curl, a script, another site's server): a browser sends that header only when
+a page sets it, and a page on another site can set it only after a CORS
+preflight, which this server never grants (it answers no ``Access-Control-*``
+header). So the header itself shows that no browser was tricked into sending
+the request. Forms and the browser's own requests carry no such header and
+keep the Origin check.
 """
 
 from __future__ import annotations
@@ -65,6 +74,11 @@ def has_token(config: ServerConfig) -> bool:
         given[7:].encode(), config.token.encode())
 
 
+def has_bearer() -> bool:
+    """The request carries ``Authorization: Bearer ...``: set by a program, or by a page of this server."""
+    return request.headers.get("Authorization", "").startswith("Bearer ")
+
+
 def _endpoint(netloc: str, scheme: str) -> tuple[str, int | None] | None:
     parsed = split_host(netloc.rpartition("@")[2])
     return None if parsed is None else (parsed[0], parsed[1] or _DEFAULT_PORTS.get(scheme))
@@ -84,6 +98,23 @@ def same_origin() -> bool:
     return theirs is not None and theirs == _endpoint(request.host, request.scheme)
 
 
+def check_sql_read(config: ServerConfig) -> None:
+    """Users' SQL run by a GET (``/sql?sql=...&_format=csv``): with a token, the token, as for
+    ``POST /api/query``; without one, not from another site's page that embeds or fetches it (an image,
+    a frame, a script: each could hold a thread and the sandbox's memory for the time limit). A click on
+    a shared link is a top-level navigation and runs it; the Fetch metadata headers tell them apart."""
+    if config.token:
+        if not has_token(config):
+            raise ApiError(401, "unauthorized", "this needs 'Authorization: Bearer <token>' with the server's token "
+                                                "(the SQL page's own links send it)")
+        return
+    elsewhere = request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site")
+    opened = request.headers.get("Sec-Fetch-Mode") == "navigate" and request.headers.get("Sec-Fetch-Dest") == "document"
+    if elsewhere and not opened and not has_bearer():
+        raise ApiError(403, "cross_origin", "a page of another site cannot run SQL on this server; open the link "
+                                            "itself, or send 'Authorization: Bearer' from a script")
+
+
 def register(app: Flask) -> None:
     @app.before_request
     def _check_request():
@@ -98,8 +129,9 @@ def register(app: Flask) -> None:
             if not has_token(config):
                 raise ApiError(401, "unauthorized", "this needs 'Authorization: Bearer <token>' with the server's token")
             return
-        if not same_origin():
+        if not (has_bearer() or same_origin()):  # without a token there is no value to check: the header suffices
             raise ApiError(403, "cross_origin",
                            "this server has no token, so a request that changes the lake must come from its own "
                            "pages: its Origin (or Referer) must name this server. A script sends "
-                           f"'Origin: {request.scheme}://{request.host}', or the server is started with --token")
+                           f"'Origin: {request.scheme}://{request.host}' or any 'Authorization: Bearer' header, "
+                           "or the server is started with --token")

@@ -35,16 +35,24 @@ def respond(template: str, tables: Sequence[Export], **context):
     fmt = request.args.get("_format")
     if not fmt:
         return render_template(template, **context)
-    if fmt not in FORMATS:
-        raise ApiError(400, "bad_request", f"'_format' must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    check_format(fmt)
     wanted = request.args.get("_table") or (tables[0].id if tables else "")
     table = next((t for t in tables if t.id == wanted), None)
     if table is None:
         raise ApiError(404, "not_found", f"this page has no table {wanted!r}; it has "
                        + (", ".join(t.id for t in tables) or "none"))
-    name = f"{table.id}.{fmt}"
-    headers = {"Content-Disposition": f'inline; filename="{name}"'}
+    return exported(table, fmt)
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ApiError(400, "bad_request", f"'_format' must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+
+def exported(table: Export, fmt: str, headers: dict[str, str] | None = None, **more) -> Response:
+    """One table as CSV, or as JSON ``{"table", "columns", "rows", **more}`` (rows as objects)."""
+    headers = {"Content-Disposition": f'inline; filename="{table.id}.{fmt}"', **(headers or {})}
     if fmt == "csv":
         return Response("".join(csv_lines(table.columns, table.rows)), mimetype="text/csv", headers=headers)
-    body = {"table": table.id, "columns": list(table.columns), "rows": records(table.columns, table.rows)}
+    body = {"table": table.id, "columns": list(table.columns), "rows": records(table.columns, table.rows), **more}
     return Response(json.dumps(body, default=str) + "\n", mimetype="application/json", headers=headers)

@@ -6,28 +6,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, current_app, render_template, request, url_for
 
 from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
-from frlake.server.api import EXAMPLES, known_host
+from frlake.server.api import EXAMPLES, known_host, run_query
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
+    EXPORT,
+    JOBS,
     arrivals_view,
     choice_arg,
     diagnosis,
     entries_view,
     host_arg,
+    int_arg,
     known_attempt,
     known_job,
     list_attempts_args,
     progress,
+    takes,
     window,
 )
-from frlake.server.tables import Export, export_url, respond
+from frlake.server.security import check_sql_read
+from frlake.server.tables import Export, check_format, export_url, exported, respond
 
 bp = Blueprint("ui", __name__)
 PROGRESS_GROUPS = 32  # groups whose per-rank progress the attempt page details
@@ -43,6 +48,7 @@ def _root(a) -> str | None:
 
 
 @bp.get("/")
+@takes(*JOBS, *EXPORT)
 def jobs():
     args = list_attempts_args()
     page, per_page = args.pop("page"), args.pop("per_page")
@@ -58,6 +64,7 @@ def jobs():
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
+@takes("pg", "seq", "around", "last", "max_ranks", *EXPORT)
 def attempt(job: str, attempt: int):
     diag = diagnosis(job, attempt)
     d = diag.to_dict()
@@ -114,6 +121,7 @@ def _view_args() -> dict:
 
 
 @bp.get("/jobs/<path:job>")
+@takes(*EXPORT)
 def job(job: str):
 
     known_job(job)
@@ -138,6 +146,7 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
+@takes("ranks", "pg", "seq", *EXPORT)
 def attempt_entries(job: str, attempt: int):
     known_attempt(job, attempt)
     view, stacks = entries_view(job, attempt)
@@ -149,10 +158,19 @@ def attempt_entries(job: str, attempt: int):
                [[c.pg, c.pg_desc, c.seq, c.op, c.agree, c.missing, *[c.cells.get(r) for r in ranks]]
                 for c in view.collectives]),
     ]
-    return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args)
+    return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args,
+                   rank_headers=[f"r{r}" for r in ranks])
+
+
+REPORT_FILTERS = {"hangs": ("reason", "op"), "drain": ("explain",)}  # beside host, since and until
+
+
+def _report_params(name: str) -> frozenset[str]:
+    return frozenset(("host", "since", "until", *REPORT_FILTERS.get(name, ()), *EXPORT))
 
 
 @bp.get("/reports/<name>")
+@takes(by=_report_params)
 def report(name: str):
     spec = REPORTS.get(name)
     if spec is None:
@@ -161,14 +179,26 @@ def report(name: str):
     all_rows = session().report(name, window(), con=views())
     rows = _with_host(all_rows, host_arg())
     columns = list(all_rows.columns)
-    facets = {}
+    facets, explained = {}, None
     if name == "hangs":
         reason, op = choice_arg("reason", REASONS), request.args.get("op") or None
         rows = [r for r in rows if (reason is None or r["reason"] == reason) and (op is None or r["op"] == op)]
         facets = _facets(rows, ("reason", "op", "hosts"))
+    if name == "drain" and request.args.get("explain"):
+        explained = _drain_explained(all_rows, request.args["explain"])
     table_id = spec.page.removesuffix(".html").replace("_", "-")  # the page's table: hosts, slow-ranks, hangs
     return respond(spec.page, [Export(table_id, columns, [[r.get(c) for c in columns] for r in rows])],
-                   rows=rows, filters=request.args, report=spec, facets=facets)
+                   rows=rows, filters=request.args, report=spec, facets=facets, explained=explained)
+
+
+def _drain_explained(rows, host: str) -> dict:
+    """The evidence behind one host of the drain list and the arithmetic (``frlake report drain --explain``)."""
+    from frlake.query.drain import DrainPolicy, explain
+
+    row = next((r for r in rows if r["host"] == host), None)
+    return {"host": host, "row": row,
+            "text": explain(row, DrainPolicy()) if row else f"{host}: no evidence against it in this window "
+                                                            "(it is not on the drain list)"}
 
 
 def _facets(rows: list[dict], keys: tuple[str, ...]) -> dict[str, list[tuple[str, int]]]:
@@ -186,33 +216,61 @@ def _facets(rows: list[dict], keys: tuple[str, ...]) -> dict[str, list[tuple[str
 
 
 @bp.get("/hosts")
+@takes("host", "since", "until", *EXPORT)
 def hosts():
     return report("flaky-hosts")
 
 
 @bp.get("/hosts/<host>")
+@takes(*EXPORT)
 def host(host: str):
     h = known_host(host)
     named = ("job", "attempt", "position", "rank", "reason", "role", "pg_desc", "seq", "op", "started_at")
+    health = ("job", "attempt", "rank", "check_name", "status", "healthy", "output", "snapshot_at")
     tables = [
         Export("culprit-of", list(named), [[getattr(c, k) for k in named] for c in h.culprit_of]),
+        Export("health", list(health), [[getattr(c, k) for k in health] for c in h.health]),
         Export("history", ["job", "attempt", "verdict", "root_rank", "root_host", "root_reason", "started_at"],
                [[a.job, a.attempt, a.verdict, a.root and a.root.rank, a.root and a.root.host, a.root and a.root.reason,
                  a.started_at] for a in h.attempts]),
         Export("weeks", ["week", "attempts", "root_cause", "involved"],
                [[w.week, w.attempts, w.root_cause, w.involved] for w in h.weeks]),
     ]
-    return respond("host.html", tables, h=h)
+    drain = None
+    if not request.args.get("_format"):  # the host's line of the drain list, as the drain page has it now
+        drain = next((r for r in session().report("drain", con=views()) if r["host"] == h.host), None)
+    return respond("host.html", tables, h=h, drain=drain)
 
 
 @bp.get("/sql")
+@takes("sql", "_next", "_format")
 def sql():
+    """The SQL console; with ``_format``, the query's result itself (datasette's ``.csv?sql=``), from row
+    ``_next`` on: a link to share, a URL for curl."""
     from frlake.server.schema_browser import schema_browser
 
-    return respond("sql.html", [], examples=EXAMPLES, needs_token=bool(config().token),
-                   query=request.args.get("sql", ""), schema=schema_browser(views()))
+    text, offset = request.args.get("sql", ""), int_arg("_next", 0, 0, 2**62)
+    fmt = request.args.get("_format")
+    if fmt:
+        return _query_export(text, offset, fmt)
+    return render_template("sql.html", examples=EXAMPLES, needs_token=bool(config().token), query=text,
+                           offset=offset, schema=schema_browser(views()))
+
+
+def _query_export(text: str, offset: int, fmt: str):
+    check_format(fmt)
+    if not text.strip():
+        raise ApiError(400, "bad_request", "give the query: /sql?sql=SELECT+...&_format=" + fmt)
+    check_sql_read(config())  # the token, as POST /api/query needs it: in a header, never in the address
+    result = run_query(text, offset)
+    headers = {}
+    if result["next"] is not None:  # RFC 8288, as GitHub pages its API
+        headers["Link"] = f'<{url_for("ui.sql", sql=text, _format=fmt, _next=result["next"])}>; rel="next"'
+    return exported(Export("sql-result", result["columns"], result["rows"]), fmt, headers,
+                    truncated=result["truncated"], next=result["next"])
 
 
 @bp.get("/upload")
+@takes()
 def upload():
-    return respond("upload.html", [], needs_token=bool(config().token))
+    return render_template("upload.html", needs_token=bool(config().token))

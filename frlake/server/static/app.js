@@ -97,7 +97,7 @@ function showCanvas(canvas) {
 
 function rowsOf(canvas) { return JSON.parse(canvas.dataset.rows || "[]"); }
 
-const VERDICT_COLOURS = {mismatch: "#c62828", hang: "#d84315", incomplete: "#6a1b9a", straggler: "#f9a825",
+const VERDICT_COLOURS = {mismatch: "#ad1457", hang: "#d84315", incomplete: "#6a1b9a", straggler: "#f9a825",
                          healthy: "#2e7d32"};
 const UTC = t => new Date(t).toISOString().replace("T", " ").slice(0, 19) + " UTC";
 
@@ -285,6 +285,22 @@ function barChart(canvas, label, labelOf, valueOf) {
   });
 }
 
+/* Round steps for a time axis, in ms: the one that gives at most `most` ticks is used, on multiples of
+   itself (so 07:40, 07:45, 07:50 UTC, never 07:41:23). */
+const TIME_STEPS = [1, 2, 5, 10, 15, 30].map(s => s * 1000)
+  .concat([1, 2, 5, 10, 15, 30].map(m => m * 60e3), [1, 2, 3, 6, 12].map(h => h * 3600e3), [1, 2, 7, 14, 28].map(d => d * 86400e3));
+
+function timeStep(lo, hi, most) {
+  return TIME_STEPS.find(s => (hi - lo) / s <= most) || TIME_STEPS[TIME_STEPS.length - 1];
+}
+
+function timeLabel(t, step, oneDay) {  /* as much of the UTC time as the step needs; the day once, if one */
+  const text = UTC(t);  // 2026-11-29 07:40:00 UTC
+  if (step >= 86400e3) return text.slice(5, 10);
+  const time = step >= 60e3 ? text.slice(11, 16) : text.slice(11, 19);
+  return oneDay ? time : text.slice(5, 11) + time;
+}
+
 function jobChart(canvas) {
   const rows = rowsOf(canvas).filter(a => a.started_ns !== null);
   if (!rows.length) { noData(canvas); return; }
@@ -294,33 +310,51 @@ function jobChart(canvas) {
             root: a.root ? `rank ${a.root.rank} on ${a.root.host || "an unknown host"}` : ""};
   });
   const lo = Math.min(...bars.map(b => b.x[0])), hi = Math.max(...bars.map(b => b.x[1]));
-  const pad = Math.max(1000, (hi - lo) * 0.05);
-  canvas.closest(".chart-box").style.height = Math.max(160, Math.min(700, 90 + 44 * bars.length)) + "px";
+  const step = timeStep(lo, hi, Math.max(2, Math.min(7, Math.floor(canvas.closest(".chart-box").clientWidth / 110))));
+  const min = Math.floor(lo / step) * step, max = Math.ceil(hi / step) * step + (hi % step === 0 ? step : 0);
+  const oneDay = UTC(min).slice(0, 10) === UTC(max - 1).slice(0, 10);
+  const colour = v => VERDICT_COLOURS[v] || "#9e9e9e";
+  const shown = [...Object.keys(VERDICT_COLOURS), "not diagnosed"].filter(v => bars.some(b => b.verdict === v));
+  canvas.closest(".chart-box").style.height = Math.max(190, Math.min(720, 120 + 44 * bars.length)) + "px";
   new Chart(canvas, {
     type: "bar",
     data: {labels: bars.map(b => b.y), datasets: [{label: "attempt (start to last entry), coloured by verdict", data: bars,
-      backgroundColor: bars.map(b => VERDICT_COLOURS[b.verdict] || "#9e9e9e"), borderSkipped: false, barPercentage: 0.6}]},
-    plugins: [{id: "verdictLabels", afterDatasetsDraw(chart) {
-      const {ctx} = chart;
+      backgroundColor: bars.map(b => colour(b.verdict)), borderSkipped: false, barPercentage: 0.6}]},
+    plugins: [{id: "verdictLabels", afterDatasetsDraw(chart) {  // beside each bar, where there is room
+      const {ctx, chartArea} = chart;
       ctx.save(); ctx.font = "12px system-ui, sans-serif"; ctx.fillStyle = "#1d2330"; ctx.textBaseline = "middle";
       chart.getDatasetMeta(0).data.forEach((bar, i) => {
         const b = bars[i];
-        const text = b.verdict + (b.root ? ": " + b.root : "");
-        const width = ctx.measureText(text).width;
-        ctx.textAlign = bar.x + 6 + width > chart.chartArea.right ? "right" : "left";
-        ctx.fillText(text, ctx.textAlign === "right" ? bar.base - 6 : bar.x + 6, bar.y);
+        const right = chartArea.right - bar.x - 6, left = bar.base - 6 - chartArea.left;
+        let text = b.verdict + (b.root ? ": " + b.root : "");
+        if (ctx.measureText(text).width > Math.max(right, left)) text = b.verdict;  // a phone: the verdict alone
+        const onRight = ctx.measureText(text).width <= right || right >= left;
+        ctx.textAlign = onRight ? "left" : "right";
+        ctx.fillText(text, onRight ? bar.x + 6 : bar.base - 6, bar.y);
       });
       ctx.restore();
     }}],
     options: {
       indexAxis: "y", animation: false, maintainAspectRatio: false,
-      plugins: {legend: {display: false},
-                tooltip: {callbacks: {label: c => `${bars[c.dataIndex].verdict} ${bars[c.dataIndex].root}, from ${UTC(c.raw.x[0])}`}}},
-      scales: {x: {type: "linear", beginAtZero: false, min: lo - pad, max: hi + pad,
-                   ticks: {callback: v => UTC(v).slice(5, 19), maxTicksLimit: 8},
-                   title: {display: true, text: "time (UTC)"}}},
+      plugins: {
+        // one entry per verdict on the chart, in its colour (the bars are one dataset)
+        legend: {position: "top", onClick: () => {}, labels: {generateLabels: () => shown.map(v => ({
+          text: v, fillStyle: colour(v), strokeStyle: colour(v), lineWidth: 0, hidden: false}))}},
+        tooltip: {callbacks: {label: c => `${bars[c.dataIndex].verdict} ${bars[c.dataIndex].root}, from ${UTC(c.raw.x[0])}`}},
+      },
+      scales: {x: {type: "linear", min: min, max: max,
+                   ticks: {stepSize: step, autoSkip: false, maxRotation: 0, callback: v => timeLabel(v, step, oneDay)},
+                   title: {display: true, text: `time (UTC${oneDay ? ", " + UTC(min).slice(0, 10) : ""}), `
+                                                + `a tick every ${stepText(step)}`}}},
     },
   });
+}
+
+function stepText(ms) {
+  const units = [[86400e3, "day"], [3600e3, "hour"], [60e3, "minute"], [1e3, "second"]];
+  const [size, name] = units.find(([u]) => ms >= u && ms % u === 0);
+  const n = ms / size;
+  return n === 1 ? name : `${n} ${name}s`;
 }
 
 function hostChart(canvas) {
@@ -349,14 +383,61 @@ function renderTable(table, columns, rows) {
   rows.forEach(r => { const tr = body.insertRow(); r.forEach(v => { tr.insertCell().textContent = cellText(v); }); });
 }
 
-function csvText(columns, rows) {
-  const quote = v => { const s = cellText(v); return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
-  return [columns, ...rows].map(r => r.map(quote).join(",")).join("\n") + "\n";
+/* The SQL's words in colours, for the editor: a small tokenizer (comments, strings, quoted names,
+   numbers, keywords, function names), not a parser; what it does not know stays plain. */
+const SQL_KEYWORDS = new Set(("select from where group by order having limit offset with as join left right full " +
+  "inner outer cross on using and or not in is null like ilike between case when then else end distinct all " +
+  "union intersect except asc desc nulls first last over partition window qualify explain analyze describe " +
+  "show summarize values true false cast filter exists any some lateral unnest interval struct list").split(" "));
+const SQL_TOKEN = /(--[^\n]*|\/\*[\s\S]*?(?:\*\/|$))|('(?:[^']|'')*'?)|("(?:[^"]|"")*"?)|(\b\d+(?:\.\d+)?(?:e[+-]?\d+)?\b)|([A-Za-z_][A-Za-z0-9_]*)/gi;
+
+const CALL = /\s*\(/y;  // a name followed by "(": a function
+function calledAt(text, at) { CALL.lastIndex = at; return CALL.test(text); }
+
+function highlightSql(text) {
+  const escape = t => t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  let out = "", at = 0;
+  for (const m of text.matchAll(SQL_TOKEN)) {
+    out += escape(text.slice(at, m.index));
+    const kind = m[1] ? "com" : m[2] ? "str" : m[3] ? "name" : m[4] ? "num"
+      : SQL_KEYWORDS.has(m[5].toLowerCase()) ? "kw" : calledAt(text, m.index + m[0].length) ? "fn" : "";
+    out += kind ? `<span class="sql-${kind}">${escape(m[0])}</span>` : escape(m[0]);
+    at = m.index + m[0].length;
+  }
+  return out + escape(text.slice(at)) + "\n";  // a last empty line keeps its height
 }
 
-function downloadLink(label, className, name, type, text) {
-  return element("a", {className: className, textContent: label, download: name,
-                       href: URL.createObjectURL(new Blob([text], {type: type}))});
+function sqlEditor(field) {
+  const shown = document.getElementById("sql-highlight");
+  if (!shown) return () => {};
+  const paint = () => { shown.innerHTML = highlightSql(field.value); shown.scrollTop = field.scrollTop; };
+  field.addEventListener("input", paint);
+  field.addEventListener("scroll", () => { shown.scrollTop = field.scrollTop; shown.scrollLeft = field.scrollLeft; });
+  field.closest(".editor").classList.add("highlighted");
+  paint();
+  return paint;
+}
+
+/* The page's address for this query: ?sql=...(&_next=N), (&_format=csv|json): the links to share. */
+function sqlUrl(sql, offset, format) {
+  const url = new URL("/sql", window.location.href);
+  url.searchParams.set("sql", sql);
+  if (offset) url.searchParams.set("_next", offset);
+  if (format) url.searchParams.set("_format", format);
+  return url;
+}
+
+/* On a server with a token, the export links fetch with it (a link cannot send a header) and save the answer. */
+async function authorizedDownload(event) {
+  const link = event.target.closest("#sql-exports a");
+  if (!link || !token()) return;
+  event.preventDefault();
+  const response = await fetch(link.href, {headers: authHeaders()});
+  if (!response.ok) { document.getElementById("sql-status").textContent = "error: " + await errorText(response); return; }
+  const saved = element("a", {href: URL.createObjectURL(await response.blob()),
+                              download: link.classList.contains("export-csv") ? "query.csv" : "query.json"});
+  saved.click();
+  URL.revokeObjectURL(saved.href);
 }
 
 function sqlConsole(form) {
@@ -364,25 +445,27 @@ function sqlConsole(form) {
   const field = document.getElementById("sql");
   const table = document.getElementById("sql-result");
   const exports = document.getElementById("sql-exports");
-  const clear = () => { table.replaceChildren(); exports.replaceChildren(); exports.hidden = true; };
+  const pages = document.getElementById("sql-pages");
+  const paint = sqlEditor(field);
+  const clear = () => { table.replaceChildren(); pages.replaceChildren(); exports.hidden = true; };
   document.querySelectorAll("button.example").forEach(b => b.addEventListener("click", () => {
-    field.value = b.dataset.sql; field.focus();
+    field.value = b.dataset.sql; paint(); field.focus();
   }));
   document.querySelectorAll("#schema code.insert").forEach(c => c.addEventListener("click", event => {
     event.preventDefault();
     const at = field.selectionStart ?? field.value.length;
     field.value = field.value.slice(0, at) + c.textContent + field.value.slice(field.selectionEnd ?? at);
+    paint();
     field.focus();
   }));
-  const run = async () => {
+  exports.addEventListener("click", authorizedDownload);
+  const run = async (offset) => {
     const sql = field.value;
-    const url = new URL(window.location.href);
-    url.searchParams.set("sql", sql);
-    history.replaceState(null, "", url);  // the query lives in the address: share it, reload it
+    history.replaceState(null, "", sqlUrl(sql, offset));  // the query lives in the address: share it, reload it
     status.className = "status muted";
     status.textContent = "running…";
     const response = await fetch("/api/query", {method: "POST",
-      headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql})});
+      headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql, next: offset || 0})});
     if (!response.ok) {
       clear();  // an error never leaves the previous result on screen
       status.className = "status error";
@@ -391,20 +474,58 @@ function sqlConsole(form) {
     }
     const data = await response.json();
     renderTable(table, data.columns, data.rows);
-    const records = data.rows.map(r => Object.fromEntries(data.columns.map((c, i) => [c, r[i]])));
-    exports.replaceChildren(element("span", {className: "muted", textContent: "export "}),
-      downloadLink("CSV", "export-csv", "query.csv", "text/csv", csvText(data.columns, data.rows)), " ",
-      downloadLink("JSON", "export-json", "query.json", "application/json", JSON.stringify(records, null, 2)));
+    exports.querySelector(".export-csv").href = sqlUrl(sql, offset, "csv");
+    exports.querySelector(".export-json").href = sqlUrl(sql, offset, "json");
+    const first = (offset || 0) + 1, last = (offset || 0) + data.rows.length;
+    document.getElementById("sql-count").textContent = (offset ? `rows ${first}-${last}` : `${data.rows.length} row(s)`)
+      + " · click a header to sort";
     exports.hidden = false;
+    pages.replaceChildren();
+    if (offset) pages.append(element("a", {id: "sql-first", href: sqlUrl(sql, 0), textContent: "← first rows"}));
+    if (data.next !== null) pages.append(element("a", {id: "sql-next", href: sqlUrl(sql, data.next),
+                                                       textContent: `next rows, from ${data.next + 1} →`}));
     status.className = "status muted";
-    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s · click a header to sort`
-      + (data.truncated ? " (truncated at the row cap)" : "");
+    status.textContent = `${data.rows.length} row(s) in ${data.seconds} s`
+      + (data.truncated ? " (cut at the row cap: the next rows are on the next page)" : "");
   };
-  form.addEventListener("submit", event => { event.preventDefault(); run(); });
+  form.addEventListener("submit", event => { event.preventDefault(); run(0); });
   field.addEventListener("keydown", event => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(); }
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(0); }
   });
-  if (status.dataset.autorun) run();
+  if (status.dataset.autorun) run(Number(status.dataset.offset) || 0);
+}
+
+/* ---------- Open in Perfetto: ui.perfetto.dev's postMessage protocol (perfetto.dev/docs/visualization/
+   deep-linking-to-perfetto-ui): open it, PING it until it answers PONG, then post the trace's bytes. ---------- */
+
+const PERFETTO = "https://ui.perfetto.dev";
+
+function perfettoMessage(buffer, title, url) {
+  return {perfetto: {buffer: buffer, title: title, url: url}};
+}
+
+function openInPerfetto(button) {
+  button.addEventListener("click", async () => {
+    const win = window.open(PERFETTO);  // at once, in the click: a later window.open is a blocked pop-up
+    if (!win) { button.textContent = "Open in Perfetto (allow pop-ups for this page)"; return; }
+    const trace = fetch(button.dataset.trace).then(r => r.ok ? r.arrayBuffer() : Promise.reject(r));
+    const ping = setInterval(() => win.postMessage("PING", PERFETTO), 50);
+    const answered = async event => {
+      if (event.source !== win || event.origin !== PERFETTO || event.data !== "PONG") return;
+      clearInterval(ping);
+      window.removeEventListener("message", answered);
+      const buffer = await trace;
+      win.postMessage(perfettoMessage(buffer, button.dataset.title, window.location.href), PERFETTO, [buffer]);
+    };
+    window.addEventListener("message", answered);
+  });
+}
+
+/* ---------- narrow screens: the facets and the schema fold above the table ---------- */
+
+function foldOnNarrowScreens() {
+  if (!window.matchMedia("(max-width: 760px)").matches) return;
+  document.querySelectorAll("details.facets:not([data-active]), details.schema").forEach(d => { d.open = false; });
 }
 
 /* ---------- uploads and "no more dumps will come" ---------- */
@@ -459,4 +580,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (found("sql-form")) sqlConsole(found("sql-form"));
   if (found("upload-form")) uploadForm(found("upload-form"));
   if (found("complete-form")) completeForm(found("complete-form"));
+  if (found("open-perfetto")) openInPerfetto(found("open-perfetto"));
+  foldOnNarrowScreens();
 });
