@@ -77,7 +77,7 @@ def test_report_cli_formats(corpus_lake):
     assert data[0]["host"] == "gpu-b03"
     csv_out = runner.invoke(app, base + ["slow-ranks", "-f", "csv"]).stdout.splitlines()
     assert csv_out[0].startswith("job,rank,host,lateness_ms")
-    table = runner.invoke(app, base + ["hangs", "--since", "2020-01-01"])
+    table = runner.invoke(app, base + ["hangs", "--since", "2020-01-01"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "gpu-b03" in table.stdout
     bad = runner.invoke(app, base + ["nope"])
     assert bad.exit_code != 0
