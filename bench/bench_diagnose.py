@@ -82,13 +82,13 @@ def main() -> None:
               f"names rank {r['frlake_root']} on {r['frlake_root_host']}  ({r['speedup_e2e']}x faster)")
         print(f"  frlake diagnose alone   {r['frlake_diagnose_s']:8.2f} s  peak {r['frlake_diagnose_peak_mb']:7.0f} MB  "
               f"({r['speedup_diagnose']}x faster; {r['frlake_diagnose_core_s']} s of analysis)")
-    growth_torch = big["torch_peak_mb"] / small["torch_peak_mb"]
-    growth_frlake = big["frlake_diagnose_peak_mb"] / small["frlake_diagnose_peak_mb"]
-    results["memory_growth"] = {"ranks_ratio": big["world"] / small["world"], "torch": round(growth_torch, 2),
-                                "frlake_diagnose": round(growth_frlake, 2),
+    torch_growth = big["torch_peak_mb"] / small["torch_peak_mb"]
+    frlake_growth = big["frlake_diagnose_peak_mb"] / small["frlake_diagnose_peak_mb"]
+    results["memory_growth"] = {"ranks_ratio": big["world"] / small["world"], "torch": round(torch_growth, 2),
+                                "frlake_diagnose": round(frlake_growth, 2),
                                 "torch_mb_per_128_ranks": round(big["torch_peak_mb"] / big["world"] * 128),
                                 "frlake_mb_per_128_ranks": round(big["frlake_diagnose_peak_mb"] / big["world"] * 128)}
-    print(f"memory from {small['world']} to {big['world']} ranks: torch x{growth_torch:.2f}, frlake diagnose x{growth_frlake:.2f}")
+    print(f"memory from {small['world']} to {big['world']} ranks: torch x{torch_growth:.2f}, frlake diagnose x{frlake_growth:.2f}")
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "diagnose.json").write_text(json.dumps(results, indent=2) + "\n")
