@@ -428,6 +428,141 @@ def test_upload_one_dump_of_four_then_mark_it_complete(server, page, corpus, tmp
     assert "the attempt field must be a whole number" in page.locator("#upload-result").inner_text()
 
 
+# -- every page at a desktop's and a phone's width (390 px), looked at: tests/screenshots/<name>-<width>.png --------
+
+SHARED_SQL = "SELECT job, attempt, verdict, summary FROM incidents WHERE job LIKE 'job-%' ORDER BY job, attempt"
+LOOKED_AT = [  # (screenshot name, page)
+    ("search", "/?q=b03"),
+    ("job", "/jobs/job-f70c5d"),
+    ("attempt", "/jobs/job-f70c5d/attempts/0"),
+    ("entries", "/jobs/job-f70c5d/attempts/0/entries"),
+    ("host", "/hosts/gpu-b03"),
+    ("report-flaky-hosts", "/hosts"),
+    ("report-slow-ranks", "/reports/slow-ranks"),
+    ("report-hangs", "/reports/hangs"),
+    ("report-drain", "/reports/drain?explain=gpu-b03"),
+    ("report-slow-links", "/reports/slow-links"),
+    ("sql-shared", "/sql?sql=" + urllib.parse.quote(SHARED_SQL)),
+]
+
+
+def _drawn(page) -> None:
+    """Every chart of the page drawn, or its "no data" said; a SQL page's result shown."""
+    page.wait_for_function("""() => [...document.querySelectorAll('.chart-box canvas')].every(
+        c => Chart.getChart(c) !== undefined || c.closest('.chart-box').classList.contains('empty'))""")
+    if page.locator("#sql-status[data-autorun]").count():
+        page.wait_for_function("() => /row|error/.test(document.getElementById('sql-status').textContent)")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_every_page_at_a_desktop_and_a_phone_width(server, page, width):
+    """At 390 px nothing scrolls the whole page sideways (a wide table scrolls in its own box), the
+    navigation and the facets stay in view; at both widths each page is photographed to be looked at."""
+    page.goto(server + "/sql")
+    page.fill("#token", TOKEN)  # kept for the shared SQL's run on load
+    page.set_viewport_size({"width": width, "height": 900})
+    try:
+        for name, url in LOOKED_AT:
+            page.goto(server + url)
+            _drawn(page)
+            _shot(page, f"{name}-{width}")
+            overflow = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            assert overflow[0] <= overflow[1] + 1, (url, overflow)
+            nav = page.locator("nav.top").bounding_box()
+            assert page.locator("nav.top a", has_text="Upload").is_visible() and nav["width"] <= width, url
+            if page.locator("details.facets").count():
+                summary = page.locator("details.facets > summary")
+                assert summary.is_visible(), url
+                if not page.locator("details.facets").evaluate("d => d.open"):  # folded above the table
+                    summary.click()
+                assert page.locator(".facet").first.is_visible(), url
+                box = page.locator("details.facets").bounding_box()
+                table = page.locator("table.data").first.bounding_box()
+                assert (box["y"] + box["height"] <= table["y"]) == (width < 760), url  # above it, or beside it
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_a_narrow_table_scrolls_in_its_box_with_its_first_column_kept(server, page):
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        page.goto(server + "/jobs/job-f70c5d/attempts/0/entries")
+        box = page.locator("#entries").locator("xpath=..")
+        assert box.evaluate("b => b.scrollWidth > b.clientWidth")  # wider than the phone: it scrolls
+        first = page.locator("#entries tbody tr").first.locator("td").first
+        before = first.bounding_box()["x"]
+        box.evaluate("b => { b.scrollLeft = 200; }")
+        assert abs(first.bounding_box()["x"] - before) < 1  # sticky
+        assert page.locator("#entries tbody tr").first.locator("td").nth(1).bounding_box()["x"] < before + 150
+        page.goto(server + "/?q=b03")
+        heights = page.eval_on_selector_all("#jobs tbody td:first-child a, #jobs time",
+                                            "els => els.map(e => e.getClientRects().length)")
+        assert heights and set(heights) == {1}  # job-20d6d4 and 2026-11-29 07:50:15 UTC on one line each
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_the_search_box_finds_a_job(server, page):
+    page.goto(server + "/")
+    page.fill("#q", "F70C5D")
+    page.press("#q", "Enter")
+    page.wait_for_url("**q=F70C5D**")
+    assert _column(page, "jobs", 0) == ["job-f70c5d"] * 3
+    assert "3 attempt(s) matching" in page.locator("#jobs-total").inner_text()
+    assert "search “F70C5D”" in page.locator("nav.crumbs").inner_text()
+    page.locator(".facet[data-facet=verdict] a", has_text="hang").click()  # the facets follow the search
+    page.wait_for_url("**verdict=hang**")
+    assert _column(page, "jobs", 1) == ["attempt 0"] and page.locator("#q").input_value() == "F70C5D"
+
+
+def test_the_shared_sql_link_and_its_csv_and_pages(server, page, tmp_path):
+    page.goto(server + "/sql")
+    page.fill("#token", TOKEN)
+    page.goto(server + "/sql?sql=" + urllib.parse.quote(SHARED_SQL))
+    page.wait_for_selector("#sql-result tbody tr")
+    assert page.locator("#sql-highlight .sql-kw").first.inner_text() == "SELECT"  # the editor highlights SQL
+    assert page.locator("#sql-highlight .sql-str").first.inner_text() == "'job-%'"
+    csv_href = page.get_attribute("#sql-exports a.export-csv", "href")
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(csv_href).query) == {"sql": [SHARED_SQL], "_format": ["csv"]}
+    with page.expect_download() as got:
+        page.click("#sql-exports a.export-csv")  # a token server: the page sends it, a link could not
+    lines = (tmp_path / "shared.csv")
+    got.value.save_as(lines)
+    rows = lines.read_text().splitlines()
+    assert rows[0] == "job,attempt,verdict,summary" and len(rows) == 1 + len(_column(page, "sql-result", 0))
+    _shot(page, "sql-shared-csv")
+    page.fill("#sql", "SELECT range AS n FROM range(6000) ORDER BY n")  # past the server's 5,000-row cap
+    page.focus("#sql")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#sql-next")
+    page.click("#sql-next")
+    page.wait_for_url("**_next=5000**")
+    page.wait_for_function("() => document.querySelectorAll('#sql-result tbody tr').length === 1000")
+    assert page.locator("#sql-result tbody td").first.inner_text() == "5000"
+    assert page.locator("#sql-next").count() == 0 and page.locator("#sql-first").count() == 1
+    assert "_next=5000" in page.get_attribute("#sql-exports a.export-csv", "href")
+
+
+def test_a_shared_csv_link_opens_on_a_server_without_a_token(page, tmp_path, corpus):
+    from playwright.sync_api import Error
+
+    settings = Settings.resolve(tmp_path / "lake")
+    ingest([corpus / "job-223715"], settings)
+    url, proc = _serve(tmp_path / "lake")
+    try:
+        with page.expect_download() as got:
+            try:
+                page.goto(url + "/sql?" + urllib.parse.urlencode({"sql": "SELECT job, rank FROM dumps ORDER BY rank",
+                                                                  "_format": "csv"}))
+            except Error:
+                pass  # a CSV is saved, not shown: the navigation ends in a download
+        got.value.save_as(tmp_path / "dumps.csv")
+        assert (tmp_path / "dumps.csv").read_text().splitlines() == ["job,rank"] + [f"job-223715,{r}" for r in range(4)]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_open_in_perfetto_hands_the_trace_over_after_pong(server, page):
     """ui.perfetto.dev is not reachable here: window.open gives a stand-in window that records what is
     posted to it, and the PONG comes from that window."""
