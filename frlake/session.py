@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.entities import Brief, Diagnosis
 from frlake.errors import FrlakeError
@@ -34,7 +33,9 @@ from frlake.storage.lake import Lake
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
 
-    from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.quick import QuickReads
+    from frlake.catalog.rows import AttemptRow
+    from frlake.catalog.store import Catalog
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
     from frlake.query.history import Facets, HostHistory, JobHistory
@@ -67,6 +68,7 @@ class Frlake:
         self._memo = None  # values computed once per catalog version (memoized)
         self._sandboxes: dict = {}  # users' SQL: one sandbox per thread and limits (thread_sandbox)
         self._migrations = None
+        self._quick: QuickReads | None | bool = None  # False: catalog.quick cannot answer here
         self.closed = False
 
     @classmethod
@@ -83,8 +85,21 @@ class Frlake:
         if self.closed:
             raise FrlakeError("this frlake session is closed")
         if self._catalog is None:
+            from frlake.catalog.store import Catalog
+
             self._catalog = Catalog(self.settings.db_url)
         return self._catalog
+
+    def _quick_reads(self) -> QuickReads | None:
+        """catalog.quick's reads of an SQLite catalog at this frlake's revision, while the catalog itself
+        is not open (a command that shows what is stored need not import SQLAlchemy); else None."""
+        if self._quick is None:
+            from frlake.catalog.quick import QuickReads
+            from frlake.catalog.revisions import head_revision
+
+            self._quick = (self._catalog is None and not self.closed
+                           and QuickReads.open(self.settings.db_url, head_revision())) or False
+        return self._quick or None
 
     @property
     def migrations(self):
@@ -97,6 +112,9 @@ class Frlake:
         return self._migrations
 
     def close(self) -> None:
+        if self._quick:
+            self._quick.close()
+        self._quick = False
         if self._migrations is not None:
             self._migrations.close()
             self._migrations = None
@@ -189,6 +207,8 @@ class Frlake:
 
     def list_attempts(self, **filters) -> tuple[int, list[AttemptRow]]:
         """The attempts that match ``filters`` (catalog.attempts.page): how many, and one page of them."""
+        if filters.keys() == {"job", "limit"} and filters["limit"] and (quick := self._quick_reads()) is not None:
+            return quick.count_attempts(filters["job"]), quick.attempts_of(filters["job"], filters["limit"])
         return self.catalog.attempts.page(**filters)
 
     def attempt_facets(self, **filters) -> Facets:
@@ -332,6 +352,10 @@ class Frlake:
         ``reuse``: the stored diagnosis, read and not computed again, when it
         is current (:meth:`current_diagnosis`), which is what computing it
         again would give; else as without it."""
+        if reuse and complete is None and (quick := self._quick_reads()) is not None:
+            number = quick.latest_attempt(job) if attempt is None else attempt
+            if number is not None and (stored := quick.current_diagnosis(job, number)) is not None:
+                return stored
         attempt = self._attempt_number(job, attempt)
         if reuse and (current := self.current_diagnosis(job, attempt, complete)) is not None:
             return current
