@@ -547,7 +547,8 @@ def test_a_shared_csv_link_opens_on_a_server_without_a_token(page, tmp_path, cor
     from playwright.sync_api import Error
 
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-223715"], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
     url, proc = _serve(tmp_path / "lake")
     try:
         with page.expect_download() as got:
