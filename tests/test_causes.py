@@ -117,7 +117,7 @@ def test_one_stack_hanging_on_many_hosts_across_attempts_of_a_job_is_code(code_h
         assert third["call"] == "code" and third["stall_hosts"] == 2 and third["stall_incidents"] == 2
         assert third["stall_ran"] == 2  # the job's two earlier attempts ran the code that hung
         assert third["host_incidents"] == 0
-        assert "2 earlier attempt(s) of this job hung at it on another host" in third["why"]
+        assert "2 earlier attempt(s) of this job stopped at it on another host" in third["why"]
         # the hangs report: one stall, its cause the call of its latest attempt
         (hang,) = fl.report("hangs")
         assert hang["cause"] == "code" and [e["cause"] for e in hang["evidence"]] == ["unclear", "code", "code"]

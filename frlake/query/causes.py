@@ -9,11 +9,12 @@ the entries:
   different stalls, against the fleet's rate of root causes per host and
   attempt; and whether the same rank of the same job was the root cause on
   other hosts (which points away from the host);
-- **code**: the stall signature's record before it (``culprits.stall_signature``,
-  the user frames' function names): how many attempts, jobs and hosts hung at
-  it, of how many attempts of the jobs that hung there ran (its code ran in
-  them), and how many of this job's earlier attempts hung at it on another
-  host.
+- **code**: the stall's record before it: the same verdict (a hang, a
+  mismatch) at the same stall signature (``culprits.stall_signature``, the
+  user frames' function names): how many attempts, jobs and hosts stopped
+  there, of how many attempts of the jobs that stopped there ran (its code
+  ran in them), and how many of this job's earlier attempts stopped there
+  with the root cause on another host.
 
 The call, ``host``, ``code`` or ``unclear``, is a judgement from history,
 never a proof. A mistaken ``host`` drains a healthy host, so it is
@@ -23,8 +24,9 @@ conservative:
   in at least 2 jobs or at 2 different stalls, with a rate whose 95% Wilson
   lower bound is above the fleet's, and the same rank of the job was not the
   root cause on 2 or more other hosts;
-- ``code`` when the same stall hung with root causes on at least 2 hosts
-  before, or one of this job's earlier attempts hung at it on another host;
+- ``code`` when the same stall stopped attempts with root causes on at
+  least 2 hosts before, or one of this job's earlier attempts stopped there
+  on another host;
 - ``unclear`` when neither holds (no history, or too little) or both do.
 
 History is every attempt ordered by its start time, then its job and number
@@ -43,6 +45,7 @@ by the hangs report, for its ``cause`` column.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS
@@ -59,7 +62,7 @@ Z = 1.96  # 95% Wilson lower bound
 HOST_MIN_INCIDENTS = 2  # earlier root causes on the host
 HOST_MIN_SPREAD = 2  # ... in this many jobs, or at this many different stalls
 RANK_ELSEWHERE = 2  # the same rank of the job root cause on this many other hosts: not the host
-CODE_MIN_HOSTS = 2  # hosts on which the stall hung before
+CODE_MIN_HOSTS = 2  # hosts on which the same stall stopped attempts before
 
 _BLAMED = ", ".join(f"'{v}'" for v in BLAMED_VERDICTS)
 _STALLS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)
@@ -75,7 +78,8 @@ CAUSE_CTES = f"""
     ),
     cz_first AS (  -- each attempt's first culprit; blamed: a root cause on a named host; stalled: a hang or mismatch
       SELECT c.job, c.attempt, c.verdict, c.rank, c.host, c.role, c.reason, c.top_frame, o.started_ns, o.seqno,
-             coalesce(c.stall_signature, c.stack_signature) AS sig,
+             coalesce(c.stall_signature, c.stack_signature) AS signature,
+             c.verdict || ':' || coalesce(c.stall_signature, c.stack_signature) AS sig,  -- a hang or mismatch there
              CASE WHEN c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ({_BLAMED}) THEN 1 ELSE 0 END AS blamed,
              CASE WHEN c.role = 'root' AND c.verdict IN ({_STALLS}) THEN 1 ELSE 0 END AS stalled
       FROM culprits c JOIN cz_order o ON o.job = c.job AND o.attempt = c.attempt
@@ -164,7 +168,7 @@ CAUSE_CTES = f"""
     ),
     cz_figures AS (
       SELECT f.job, f.attempt, f.started_ns, f.verdict, f.rank AS culprit_rank, f.host AS culprit_host,
-             f.role AS culprit_role, f.reason, f.sig AS stall_signature, f.top_frame,
+             f.role AS culprit_role, f.reason, f.signature AS stall_signature, f.top_frame,
              coalesce(h.host_attempts, 0) AS host_attempts, coalesce(h.host_incidents, 0) AS host_incidents,
              coalesce(h.host_jobs, 0) AS host_jobs, coalesce(h.host_stalls, 0) AS host_stalls,
              coalesce(r.rank_elsewhere, 0) AS rank_elsewhere,
@@ -267,19 +271,19 @@ def why(row: Row) -> str:
         parts.append("the culprit's stack has no signature to compare")
     else:
         n = _n(row["stall_incidents"])
-        text = f"this stall hung {n} time(s) before"
+        text = f"the same {row['verdict']} at this stack happened {n} time(s) before"
         if n:
             text += (f", in {_n(row['stall_jobs'])} job(s), on {_n(row['stall_hosts'])} host(s) "
                      f"({_n(row['stall_other_hosts'])} other than this one), of {_n(row['stall_ran'])} attempt(s) "
                      f"of those jobs")
         if _n(row["job_stall_elsewhere"]):
-            text += f"; {_n(row['job_stall_elsewhere'])} earlier attempt(s) of this job hung at it on another host"
+            text += f"; {_n(row['job_stall_elsewhere'])} earlier attempt(s) of this job stopped at it on another host"
         parts.append(text)
     call = row["call"]
     if call == "host":
         verdict = "the host's own record is strong and the stall's is not"
     elif call == "code":
-        verdict = "the same stall hung on other hosts, and the host's own record is not strong"
+        verdict = "the same stall stopped attempts on other hosts, and the host's own record is not strong"
     elif row.get("host_strong") and row.get("code_strong"):
         verdict = "unclear: both the host's record and the stall's point at a cause"
     elif _n(row.get("host_incidents")) == 0 and _n(row.get("stall_incidents")) == 0:
@@ -340,12 +344,11 @@ class Cause(Record):
     culprit_host: str | None
     host: HostRecord
     code: StallRecord
-    as_of: str | None  # the incident's start: only what came before it counts
+    as_of: datetime | None  # the incident's start: only what came before it counts
     label: str = LABEL
 
     @classmethod
     def of(cls, row: Row, drain: Row | None = None) -> Cause:
-        started = row.get("started_at")
         return cls(
             job=row["job"], attempt=int(row["attempt"]), verdict=row["verdict"], call=row["call"],
             confidence=row["confidence"], why=row.get("why") or why(row), culprit_rank=row["culprit_rank"],
@@ -362,7 +365,7 @@ class Cause(Record):
                 jobs=_n(row["stall_jobs"]), hosts=_n(row["stall_hosts"]), other_hosts=_n(row["stall_other_hosts"]),
                 ran=_n(row["stall_ran"]), same_job_elsewhere=_n(row["job_stall_elsewhere"]),
                 strong=bool(row["code_strong"])),
-            as_of=None if started is None else started.isoformat(),
+            as_of=row.get("started_at"),
         )
 
 
@@ -380,8 +383,6 @@ def cause_of(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> Cause | 
     """The call for one attempt, the same as its row of ``frlake report
     causes``, with the culprit host's drain score and action just before it;
     None for a healthy attempt (or one not diagnosed)."""
-    from datetime import UTC, datetime
-
     from frlake.query.drain import DrainPolicy, drain
 
     sql = f"SELECT * FROM ({CAUSES}) c WHERE c.job = $job AND c.attempt = $attempt"
