@@ -290,7 +290,7 @@ def why(row: Row) -> str:
         verdict = "unclear: no history before this incident"
     else:
         verdict = "unclear: neither the host's record nor the stall's is strong enough"
-    return f"{verdict}. " + "; ".join(parts) + "."
+    return f"{verdict}. Evidence: " + "; ".join(parts) + "."
 
 
 def finish(row: Row) -> Row:
