@@ -131,6 +131,22 @@ def test_the_window_lists_incidents_but_never_cuts_their_history(code_history):
         assert fl.report("causes") == fl.report("causes")  # the same lake, the same answer
 
 
+def test_the_calls_do_not_depend_on_the_order_of_ingestion(code_history, tmp_path):
+    """The same attempts ingested newest first, one at a time: history is read by start time, so every call
+    is the same, and each was the same already when its own attempt came in."""
+    hosts = ["node-a", "node-b", "node-c", "node-d"]
+    with Frlake(code_history) as fl:
+        want = fl.report("causes")
+    with Frlake.open(tmp_path / "lake") as fl:
+        for n in (2, 1, 0):
+            root = _history(tmp_path / f"dumps-{n}", [Attempt("job-code", n, _at(5 * n), hosts[n:] + hosts[:n],
+                                                              missing=[0])], {("job-code", n): "all_to_all_experts"})
+            fl.ingest([root])
+            if n == 2:  # alone, it has no history
+                assert [r["call"] for r in fl.report("causes")] == ["unclear"]
+        assert fl.report("causes") == want
+
+
 def test_a_healthy_history_calls_nothing(tmp_path):
     attempts = [Attempt("calm", n, _at(n), ["h1", "h2", "h3", "h4"]) for n in range(3)]
     with Frlake.open(tmp_path / "lake") as fl:

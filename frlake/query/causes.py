@@ -23,7 +23,8 @@ conservative:
 - ``host`` when the host was the root cause in at least 2 earlier incidents
   in at least 2 jobs or at 2 different stalls, with a rate whose 95% Wilson
   lower bound is above the fleet's, and the same rank of the job was not the
-  root cause on 2 or more other hosts;
+  root cause on 2 or more other hosts; a host inferred from placement (the
+  rank left no file naming it) is never called, nor counted in a record;
 - ``code`` when the same stall stopped attempts with root causes on at
   least 2 hosts before, or one of this job's earlier attempts stopped there
   on another host;
@@ -80,7 +81,9 @@ CAUSE_CTES = f"""
       SELECT c.job, c.attempt, c.verdict, c.rank, c.host, c.role, c.reason, c.top_frame, o.started_ns, o.seqno,
              coalesce(c.stall_signature, c.stack_signature) AS signature,
              c.verdict || ':' || coalesce(c.stall_signature, c.stack_signature) AS sig,  -- a hang or mismatch there
-             CASE WHEN c.role = 'root' AND c.host IS NOT NULL AND c.verdict IN ({_BLAMED}) THEN 1 ELSE 0 END AS blamed,
+             coalesce(c.host_inferred, false) AS inferred,
+             CASE WHEN c.role = 'root' AND c.host IS NOT NULL AND NOT coalesce(c.host_inferred, false)
+                       AND c.verdict IN ({_BLAMED}) THEN 1 ELSE 0 END AS blamed,
              CASE WHEN c.role = 'root' AND c.verdict IN ({_STALLS}) THEN 1 ELSE 0 END AS stalled
       FROM culprits c JOIN cz_order o ON o.job = c.job AND o.attempt = c.attempt
       WHERE c.position = 0
@@ -167,7 +170,7 @@ CAUSE_CTES = f"""
       FROM cz_first
     ),
     cz_figures AS (
-      SELECT f.job, f.attempt, f.started_ns, f.verdict, f.rank AS culprit_rank, f.host AS culprit_host,
+      SELECT f.job, f.attempt, f.started_ns, f.verdict, f.rank AS culprit_rank, f.host AS culprit_host, f.inferred,
              f.role AS culprit_role, f.reason, f.signature AS stall_signature, f.top_frame,
              coalesce(h.host_attempts, 0) AS host_attempts, coalesce(h.host_incidents, 0) AS host_incidents,
              coalesce(h.host_jobs, 0) AS host_jobs, coalesce(h.host_stalls, 0) AS host_stalls,
@@ -209,7 +212,7 @@ CAUSE_CTES = f"""
       FROM (
         SELECT *,
                CASE WHEN host_record = 1 AND host_rate_low > fleet_rate AND rank_elsewhere < {RANK_ELSEWHERE}
-                    THEN 1 ELSE 0 END AS host_strong,
+                         AND NOT inferred THEN 1 ELSE 0 END AS host_strong,
                CASE WHEN stall_hosts >= {CODE_MIN_HOSTS} OR job_stall_elsewhere >= 1 THEN 1 ELSE 0 END AS code_strong
         FROM cz_strength) s
     )
@@ -230,7 +233,8 @@ CAUSES = f"""
                 WHEN j.call = 'code' THEN (CASE WHEN j.stall_hosts >= 4 THEN 'high'
                                                 WHEN j.stall_hosts >= 3 THEN 'medium' ELSE 'low' END)
            END AS confidence,
-           j.culprit_rank, j.culprit_host, j.culprit_role, j.reason, j.stall_signature, j.top_frame,
+           j.culprit_rank, j.culprit_host, j.inferred AS culprit_host_inferred, j.culprit_role, j.reason,
+           j.stall_signature, j.top_frame,
            j.host_incidents, j.host_attempts, round(j.p, 4) AS host_rate, round(j.host_rate_low, 4) AS host_rate_low,
            round(j.fleet_rate, 4) AS fleet_rate, j.fleet_incidents, j.fleet_used,
            j.host_jobs, j.host_stalls, j.rank_elsewhere,
@@ -264,6 +268,9 @@ def why(row: Row) -> str:
                      f"rate at least {row['host_rate_low'] or 0:.2f} (95%) against the fleet's "
                      f"{row['fleet_rate'] or 0:.2f}")
         parts.append(text)
+        if row.get("culprit_host_inferred"):
+            parts.append(f"{host} is inferred from where the ranks beside it ran (no file of the rank names it), "
+                         "so the host is never blamed on it")
         if _n(row["rank_elsewhere"]):
             parts.append(f"rank {row['culprit_rank']} of this job was the root cause on other hosts "
                          f"{_n(row['rank_elsewhere'])} time(s) before")
@@ -311,6 +318,7 @@ class HostRecord(Record):
     jobs: int  # distinct jobs of those root causes
     stalls: int  # distinct stall signatures of those root causes
     same_rank_elsewhere: int  # earlier root causes at the same rank of this job on other hosts
+    inferred: bool  # this culprit's host is inferred from placement: never called
     drain_score: float | None  # the drain list's score and action just before this incident
     drain_action: str | None
     strong: bool
@@ -357,7 +365,7 @@ class Cause(Record):
                 host=row["culprit_host"], incidents=_n(row["host_incidents"]), attempts=_n(row["host_attempts"]),
                 rate=row["host_rate"], rate_low=row["host_rate_low"], fleet_rate=row["fleet_rate"] or 0.0,
                 jobs=_n(row["host_jobs"]), stalls=_n(row["host_stalls"]),
-                same_rank_elsewhere=_n(row["rank_elsewhere"]),
+                same_rank_elsewhere=_n(row["rank_elsewhere"]), inferred=bool(row["culprit_host_inferred"]),
                 drain_score=None if drain is None else drain["score"],
                 drain_action=None if drain is None else drain["action"], strong=bool(row["host_strong"])),
             code=StallRecord(
