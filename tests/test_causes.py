@@ -131,6 +131,21 @@ def test_the_window_lists_incidents_but_never_cuts_their_history(code_history):
         assert fl.report("causes") == fl.report("causes")  # the same lake, the same answer
 
 
+def test_a_host_only_inferred_from_placement_is_never_called_host(tmp_path):
+    """The same history as host-bad's, but its culprit rank leaves no dump each time: only the rank beside it
+    on the same host names where it ran. A guess of placement drains nobody."""
+    attempts = [Attempt(job, 0, _at(10 * i), ["host-bad", "host-bad", f"fill-{i}", f"fill-{i}"],
+                        missing=[1], crashed=[1]) for i, job in enumerate(("job-one", "job-two", "job-three"))]
+    stacks = {(a.job, 0): f"forward_{i}" for i, a in enumerate(attempts)}
+    with Frlake.open(tmp_path / "lake") as fl:
+        fl.ingest([_history(tmp_path / "dumps", attempts, stacks)])
+        third = _calls(fl)[("job-three", 0)]
+        assert third["culprit_host"] == "host-bad" and third["culprit_host_inferred"], third
+        assert third["host_incidents"] == 0 and third["call"] != "host"
+        assert "inferred from where the ranks beside it ran" in third["why"]
+        assert fl.cause("job-three", 0).host.inferred
+
+
 def test_the_calls_do_not_depend_on_the_order_of_ingestion(code_history, tmp_path):
     """The same attempts ingested newest first, one at a time: history is read by start time, so every call
     is the same, and each was the same already when its own attempt came in."""
