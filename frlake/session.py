@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that r
     from frlake.catalog.store import Catalog
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
+    from frlake.query.causes import Cause
     from frlake.query.history import Facets, HostHistory, JobHistory
     from frlake.query.side_by_side import SideBySide
     from frlake.values import ReportRows
@@ -555,6 +556,18 @@ class Frlake:
         return stream()
 
     # -- reports ----------------------------------------------------------------
+    def cause(self, job: str, attempt: int, *, con: duckdb.DuckDBPyConnection | None = None) -> Cause | None:
+        """Host or code? The call for one attempt, a judgement from the history
+        before it (``frlake.query.causes``), with its figures and the culprit
+        host's drain record just before it; None for a healthy attempt.
+        ``con``: a connection with the lake's views (the server's), else one of its own."""
+        from frlake.query.causes import CAUSE_VIEWS, cause_of
+
+        if con is not None:
+            return cause_of(con, job, attempt)
+        with self._connection(catalog_views=CAUSE_VIEWS) as own:
+            return cause_of(own, job, attempt)
+
     def report(self, name: str, window=None, limit: int | None = None, *,
                con: duckdb.DuckDBPyConnection | None = None, **params) -> ReportRows:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row

@@ -17,6 +17,7 @@ from frlake.server.errors import ApiError
 from frlake.server.params import (
     JOBS,
     arrivals_view,
+    cause,
     diagnosis,
     entries_view,
     int_arg,
@@ -93,9 +94,10 @@ def job(job: str):
 @takes()
 def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
-    d = diagnosis(job, attempt)
+    d, c = diagnosis(job, attempt), cause(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": progress(job, attempt)})
+                    "diagnosis": d.to_dict(), "progress": progress(job, attempt),
+                    "cause": None if c is None else c.to_dict()})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")

@@ -19,6 +19,7 @@ from frlake.server.params import (
     EXPORT,
     JOBS,
     arrivals_view,
+    cause,
     choice_arg,
     diagnosis,
     entries_view,
@@ -90,7 +91,8 @@ def attempt(job: str, attempt: int):
                 for g in groups for r in g.ranks]),
     ]
     return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
-                   arrivals=None if exporting else _arrivals(job, attempt, diag), view_args=_view_args(),
+                   cause=cause(job, attempt), arrivals=None if exporting else _arrivals(job, attempt, diag),
+                   view_args=_view_args(),
                    needs_token=bool(config().token))
 
 
@@ -142,7 +144,8 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
     if not part:
         return rows
     part = part.lower()
-    return [r for r in rows if any(part in (h or "").lower() for h in (r.get("hosts") or [r.get("host")]))]
+    return [r for r in rows
+            if any(part in (h or "").lower() for h in (r.get("hosts") or [r.get("host", r.get("culprit_host"))]))]
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")
