@@ -35,7 +35,9 @@ if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that r
     import duckdb
 
     from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.notify import DestinationStatus
     from frlake.diagnose.standing import StackGroup
+    from frlake.notify.outbox import Notifier
     from frlake.query.attempt import Arrivals, GroupProgress
     from frlake.query.history import Facets, HostHistory, JobHistory
     from frlake.query.side_by_side import SideBySide
@@ -529,6 +531,18 @@ class Frlake:
                 con.close()
 
         return stream()
+
+    # -- alerts -----------------------------------------------------------------
+    def notifier(self, config) -> Notifier:
+        """The alerts of a :class:`~frlake.notify.config.NotifyConfig` over this lake: ``start()`` before
+        the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox)."""
+        from frlake.notify.outbox import Notifier
+
+        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")])
+
+    def notify_status(self) -> list[DestinationStatus]:
+        """Every alert receiver's queue, deliveries, failures and last error (GET /api/notify)."""
+        return self.catalog.notify.status()
 
     # -- reports ----------------------------------------------------------------
     def report(self, name: str, window=None, limit: int | None = None, *,
