@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that r
 
     from frlake.catalog.attempts import AttemptRow
     from frlake.catalog.notify import DestinationStatus
+    from frlake.catalog.stats import LakeStats
     from frlake.diagnose.standing import StackGroup
     from frlake.notify.outbox import Notifier
     from frlake.query.attempt import Arrivals, GroupProgress
@@ -539,6 +540,12 @@ class Frlake:
         from frlake.notify.outbox import Notifier
 
         return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")])
+
+    def lake_stats(self) -> LakeStats:
+        """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with
+        the bytes of the raw copies on disk (one stat per copy)."""
+        stats = self.catalog.stats.snapshot()
+        return replace(stats, raw_bytes=self.lake.raw_bytes())
 
     def notify_status(self) -> list[DestinationStatus]:
         """Every alert receiver's queue, deliveries, failures and last error (GET /api/notify)."""

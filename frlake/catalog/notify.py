@@ -208,4 +208,12 @@ class Notify(Store):
                     d.last_sent_at, d.last_error, d.last_error_at)
              .outerjoin(queue, queue.c.destination_id == d.id).order_by(d.id))
         with self.session() as s:
-            return [DestinationStatus(*r) for r in s.execute(q)]
+            rows = s.execute(q).all()
+        return [DestinationStatus(*(_aware(v) if isinstance(v, datetime) else v for v in r)) for r in rows]
+
+
+def _aware(value: datetime) -> datetime:
+    """A time read back from SQLite, which keeps none of its zone: UTC, as every time frlake writes."""
+    from datetime import UTC
+
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -3,7 +3,8 @@
 :class:`Catalog` holds the engine and the one session helper; each area is a small store over it:
 ``catalog.runs`` (frlake.catalog.runs), ``catalog.files`` (the source files seen, frlake.catalog.seen),
 ``catalog.dumps`` (frlake.catalog.dumps), ``catalog.attempts`` (frlake.catalog.attempts),
-``catalog.diagnoses`` (frlake.catalog.diagnoses) and ``catalog.notify`` (the alerts' outbox, frlake.catalog.notify). The lake's Parquet files are the storage wing's
+``catalog.diagnoses`` (frlake.catalog.diagnoses), ``catalog.notify`` (the alerts' outbox,
+frlake.catalog.notify) and ``catalog.stats`` (the numbers ``GET /metrics`` shows, frlake.catalog.stats). The lake's Parquet files are the storage wing's
 (frlake.storage.files), which uses this catalog; the catalog knows nothing of it."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from frlake.catalog.dumps import Dumps
 from frlake.catalog.notify import Notify
 from frlake.catalog.runs import Runs
 from frlake.catalog.seen import SeenFiles
+from frlake.catalog.stats import Stats
 
 __all__ = ["Catalog"]
 
@@ -47,6 +49,7 @@ class Catalog:
         self.attempts = Attempts(self.session)
         self.diagnoses = Diagnoses(self.session)
         self.notify = Notify(self.session)
+        self.stats = Stats(self.session)
 
     def close(self) -> None:
         self.engine.dispose()
