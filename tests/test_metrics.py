@@ -73,7 +73,7 @@ def test_metrics_parse_and_say_what_the_lake_holds(lake_with_incidents):
     assert _value(s, "frlake_incidents", verdict="hang") >= 1
     assert _value(s, "frlake_dumps") == 4 + 3 * 4 + 8
     assert sum(v for (name, _), v in s.items() if name == "frlake_files_rejected") == 1
-    assert _value(s, "frlake_runs_total", kind="ingest", status="finished") == 1
+    assert _value(s, "frlake_runs", kind="ingest", status="finished") == 1
     assert _value(s, "frlake_last_run_duration_seconds", kind="ingest") > 0
     raw = sum(p.stat().st_size for p in (lake_with_incidents.lake / "raw").rglob("*") if p.is_file())
     assert _value(s, "frlake_lake_bytes", kind="raw") == raw

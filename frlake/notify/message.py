@@ -71,7 +71,8 @@ def _text(body: dict) -> str:
     where = f"{body['job']} attempt {body['attempt']}"
     title = f"<{body['url']}|{where}>" if body["url"] else where
     lead = "frlake update" if body["event"] == "update" else "frlake"
-    lines = [f"*{lead}: {body['verdict']}* in {title}: {body['summary']}"]
+    summary = body["summary"].removeprefix(f"{where}: ")  # the summary opens with the same words
+    lines = [f"*{lead}: {body['verdict']}* in {title}: {summary}"]
     if body["changed"]:
         lines.append("changed: " + "; ".join(f"{k.replace('_', ' ')} {v['was'] or 'none'} -> {v['now'] or 'none'}"
                                               for k, v in body["changed"].items()))

@@ -62,8 +62,9 @@ class LakeCollector:
         for reason, n in sorted(stats.rejected_by_reason.items()):
             rejected.add_metric([reason], n)
         yield rejected
-        runs = CounterMetricFamily("frlake_runs", "Runs that write the lake (ingest, forget, compact, diagnose), by "
-                                                  "kind and how they ended.", labels=["kind", "status"])
+        # a gauge: a run counted running is counted finished (or failed) later
+        runs = GaugeMetricFamily("frlake_runs", "Runs that write the lake (ingest, forget, compact, diagnose), by "
+                                                "kind and state (running, finished, failed).", labels=["kind", "status"])
         for (kind, status), n in sorted(stats.runs.items()):
             runs.add_metric([kind, status], n)
         yield runs
