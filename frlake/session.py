@@ -33,10 +33,13 @@ from frlake.storage.lake import Lake
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
 
+    from frlake.catalog.notify import DestinationStatus
     from frlake.catalog.quick import QuickReads
     from frlake.catalog.rows import AttemptRow
+    from frlake.catalog.stats import LakeStats
     from frlake.catalog.store import Catalog
     from frlake.diagnose.standing import StackGroup
+    from frlake.notify.outbox import Notifier
     from frlake.query.attempt import Arrivals, GroupProgress
     from frlake.query.causes import Cause
     from frlake.query.history import Facets, HostHistory, JobHistory
@@ -554,6 +557,24 @@ class Frlake:
                 con.close()
 
         return stream()
+
+    # -- alerts -----------------------------------------------------------------
+    def notifier(self, config) -> Notifier:
+        """The alerts of a :class:`~frlake.notify.config.NotifyConfig` over this lake: ``start()`` before
+        the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox)."""
+        from frlake.notify.outbox import Notifier
+
+        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")])
+
+    def lake_stats(self) -> LakeStats:
+        """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with
+        the bytes of the raw copies on disk (one stat per copy)."""
+        stats = self.catalog.stats.snapshot()
+        return replace(stats, raw_bytes=self.lake.raw_bytes())
+
+    def notify_status(self) -> list[DestinationStatus]:
+        """Every alert receiver's queue, deliveries, failures and last error (GET /api/notify)."""
+        return self.catalog.notify.status()
 
     # -- reports ----------------------------------------------------------------
     def cause(self, job: str, attempt: int, *, con: duckdb.DuckDBPyConnection | None = None) -> Cause | None:

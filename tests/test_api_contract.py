@@ -45,6 +45,7 @@ DOC = documented()
 # One request per endpoint, with every documented parameter given a real value.
 CALLS = [
     ("GET", "/api/health", "/api/health", None),
+    ("GET", "/api/notify", "/api/notify", None),
     ("GET", "/api/jobs", "/api/jobs?q=job&job=job-223715&host=b03&verdict=hang&reason=missing&since=2026-01-01&until=2100-01-01T00:00:00%2B01:00&page=1&per_page=5", None),
     ("GET", "/api/jobs/<job>", "/api/jobs/job-223715", None),
     ("GET", "/api/jobs/<job>/attempts/<n>", "/api/jobs/job-223715/attempts/0", None),

@@ -68,6 +68,20 @@ def watch():
     return jsonify({"watching": True, **watcher.status().to_dict()})
 
 
+@bp.get("/notify")
+@takes()
+def notify():
+    """The alerts (``--notify URL``): this server's passes, and every receiver's queue, deliveries, failures and
+    last error (kept in the catalog: a cron ingest's receivers are listed too)."""
+    return jsonify(notify_state())
+
+
+def notify_state() -> dict:
+    alerts = current_app.extensions.get("frlake_alerts")
+    return {"notifying": alerts is not None, **(alerts.status().to_dict() if alerts else {}),
+            "destinations": [d.to_dict() for d in session().notify_status()]}
+
+
 @bp.get("/jobs")
 @takes(*JOBS)
 def jobs():

@@ -12,7 +12,7 @@ from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
-from frlake.server.api import EXAMPLES, known_host, run_query
+from frlake.server.api import EXAMPLES, known_host, notify_state, run_query
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
@@ -61,7 +61,7 @@ def jobs():
     watcher = current_app.extensions.get("frlake_watch")
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
                    pages=max(1, -(-total // per_page)), filters=request.args, facets=facets,
-                   watch=watcher.status() if watcher else None)
+                   watch=watcher.status() if watcher else None, notify=notify_state())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
