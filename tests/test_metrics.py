@@ -183,11 +183,13 @@ def test_serve_watch_notify_posts_what_a_scan_found_and_shows_failures(tmp_path)
 
     with Receiver() as receiver:
         receiver.answers = [(500, 0.0)]
-        config = NotifyConfig(urls=(receiver.url,), public_url="http://frlake.test:8750", backoff_s=0.2, poll_s=0.2)
+        # the retry waits long enough for the page to show the failure first
+        config = NotifyConfig(urls=(receiver.url,), public_url="http://frlake.test:8750", backoff_s=3.0, poll_s=0.2)
         app = create_app(ServerConfig(settings, watch=watch_config([str(tree)], 0.2), notify=config))
         client = app.test_client()
         try:
-            _copy(tree, "job-223715")  # the watch finds a hang
+            # the watch finds a hang: the attempt appears whole (a scan of half of it would see another verdict)
+            shutil.move(_copy(tmp_path / "staging", "job-223715") / "job-223715", tree / "job-223715")
             deadline = time.monotonic() + 60
             while not client.get("/api/notify").get_json()["destinations"][0]["failed"]:
                 assert time.monotonic() < deadline

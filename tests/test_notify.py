@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from frlake.cli.main import app
@@ -111,9 +112,27 @@ def test_filters_by_verdict_and_job(fl, tmp_path, receiver):
         ("job-457f71", "mismatch"), ("job-5f5228", "mismatch")]
 
 
+def _next_try_in(fl) -> tuple[int, float]:
+    """The waiting message's failed tries and the seconds until its next try."""
+    from datetime import UTC, datetime
+
+    from frlake.catalog.models import NotifyMessage
+
+    [(tries, at)] = fl.catalog.rows(select(NotifyMessage.tries, NotifyMessage.next_try_at))
+    return tries, ((at if at.tzinfo else at.replace(tzinfo=UTC)) - datetime.now(UTC)).total_seconds()
+
+
+def _until_sent(notifier, deadline_s: float = 30.0) -> float:
+    started = time.monotonic()
+    while notifier.run().sent == 0:
+        assert time.monotonic() - started < deadline_s
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
 def test_a_receiver_that_answers_500_is_retried_with_backoff_and_the_failure_shown(fl, tmp_path, receiver):
     receiver.answers = [(500, 0.0), (500, 0.0)]
-    notifier = fl.notifier(_config(receiver, backoff_s=0.3))
+    notifier = fl.notifier(_config(receiver, backoff_s=1.0))
     notifier.start()
     fl.ingest([_copy(tmp_path / "nfs", "job-223715", 0)], ONE)
     first = notifier.run()
@@ -121,13 +140,15 @@ def test_a_receiver_that_answers_500_is_retried_with_backoff_and_the_failure_sho
     [status] = fl.notify_status()
     assert (status.queued, status.failed, status.sent) == (1, 1, 0)
     assert status.last_error == "HTTP 500 Internal Server Error (try 1)"
-    assert notifier.run().failed == 0 and len(receiver.got) == 1  # not due yet: backoff
-    time.sleep(0.35)
-    assert notifier.run().failed == 1  # the second 500; the next wait is twice as long
-    time.sleep(0.35)
-    assert notifier.run().sent == 0
-    time.sleep(0.3)
-    assert notifier.run().sent == 1
+    tries, wait = _next_try_in(fl)
+    assert tries == 1 and 0 < wait <= 1.0  # backoff_s
+    assert notifier.run().failed == 0 or _next_try_in(fl)[0] == 2  # not due yet, unless this machine is slow
+    time.sleep(max(0.0, _next_try_in(fl)[1]) + 0.05)
+    assert notifier.run().failed == 1  # the second 500
+    tries, wait = _next_try_in(fl)
+    assert tries == 2 and 1.0 < wait <= 2.0  # doubled
+    assert _until_sent(notifier) > 0.5
+    assert len(receiver.got) == 3
     assert len({g.headers["x-frlake-delivery"] for g in receiver.got}) == 1  # one message, tried three times
     assert len({g.body for g in receiver.got}) == 1
     [status] = fl.notify_status()
@@ -135,43 +156,46 @@ def test_a_receiver_that_answers_500_is_retried_with_backoff_and_the_failure_sho
 
 
 def test_a_receiver_that_does_not_answer_in_time_is_tried_again(fl, tmp_path, receiver):
-    receiver.answers = [(200, 1.5)]  # it takes the message, but answers after frlake stopped waiting
+    receiver.answers = [(200, 3.0)]  # it takes the message, but answers after frlake stopped waiting
     notifier = fl.notifier(_config(receiver, timeout_s=0.3))
     notifier.start()
     fl.ingest([_copy(tmp_path / "nfs", "job-223715", 0)], ONE)
+    assert notifier.enqueue(receiver.url) == 1
     started = time.monotonic()
-    assert notifier.run().failed == 1
-    assert time.monotonic() - started < 1.2  # the timeout holds
+    assert notifier.deliver(receiver.url).failed == 1
+    assert time.monotonic() - started < 2.0  # the timeout holds: it did not wait for the answer
     assert fl.notify_status()[0].last_error == "no answer within 0.3 s (try 1)"
-    time.sleep(0.1)
-    assert notifier.run().sent == 1
+    _until_sent(notifier)
     # delivered at least once: both requests carry the same id, by which the receiver drops the copy
     assert len(receiver.got) == 2 and len({g.headers["x-frlake-delivery"] for g in receiver.got}) == 1
 
 
-def test_a_restart_in_the_middle_loses_nothing_and_sends_nothing_twice(lake, tmp_path, receiver):
-    config = _config(receiver)
+def test_a_restart_in_the_middle_loses_nothing_and_sends_nothing_twice(any_db, tmp_path, receiver):
+    config, lake = _config(receiver), any_db
     with Frlake(lake) as fl:
         notifier = fl.notifier(config)
         notifier.start()
-        fl.ingest([_copy(tmp_path / "nfs", "job-223715", 0), ], ONE)
+        fl.ingest([_copy(tmp_path / "nfs", "job-223715", 0)], ONE)
         assert notifier.enqueue(receiver.url) == 1  # queued, and the process stops before it sends
     receiver.answers = [(500, 0.0)]
     with Frlake(lake) as fl:  # a new process: the receiver fails once
         fl.ingest([_copy(tmp_path / "nfs", "job-24fdd5", 0)], ONE)  # meanwhile another hang
         summary = fl.notifier(config).run()
         assert (summary.queued, summary.sent, summary.failed) == (1, 0, 1)
-    time.sleep(0.1)
-    with Frlake(lake) as fl:  # and another
+    with Frlake(lake) as fl:  # and another, once the retry is due
         notifier = fl.notifier(config)
-        assert notifier.run().sent == 2
+        deadline = time.monotonic() + 30
+        while fl.notify_status()[0].sent < 2:
+            assert time.monotonic() < deadline
+            notifier.run()
+            time.sleep(0.05)
         assert notifier.run().queued == 0
     assert sorted(g.json["job"] for g in receiver.accepted) == ["job-223715", "job-24fdd5"]
     assert len(receiver.got) == 3
 
 
-def test_two_processes_that_pass_at_once_queue_each_message_once(lake, tmp_path, receiver):
-    config = _config(receiver)
+def test_two_processes_that_pass_at_once_queue_each_message_once(any_db, tmp_path, receiver):
+    config, lake = _config(receiver), any_db
     with Frlake(lake) as a, Frlake(lake) as b:
         a.notifier(config).start()
         a.ingest([_copy(tmp_path / "nfs", "job-223715", 0)], ONE)

@@ -68,10 +68,11 @@ class Notifier:
             self._ids[k] = self.catalog.notify.destination(k, label(url))
         return self._ids[k]
 
-    def run(self) -> PassSummary:
-        """Queue what is new, then deliver what is due."""
+    def run(self, queue: bool = True) -> PassSummary:
+        """Queue what is new (``queue``: the caller knows nothing was stored since the last pass), then
+        deliver what is due."""
         summary = PassSummary()
-        for url in self.config.urls:
+        for url in self.config.urls if queue else ():
             summary.queued += self.enqueue(url)
         for url in self.config.urls:
             self.deliver(url, summary)

@@ -42,6 +42,7 @@ class Alerts:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="frlake-notify", daemon=True)
+        self._version = None  # the catalog's version at the last pass that queued
 
     def start(self) -> Alerts:
         self.notifier.start()  # before the first scan: a new receiver is told of what comes next
@@ -64,7 +65,10 @@ class Alerts:
     def run_once(self) -> None:
         error = None
         try:
-            self.notifier.run()
+            # new diagnoses change the catalog's version: a pass while it stands still only delivers what is due
+            version = self.session.catalog_version()
+            self.notifier.run(queue=version != self._version)
+            self._version = version
         except Exception as exc:  # a pass that fails is shown, and the next one tries again
             log.error("notify pass failed: %s", exc)
             error = f"{type(exc).__name__}: {exc}"
