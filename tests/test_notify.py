@@ -59,6 +59,10 @@ def test_a_new_hang_is_posted_once_with_its_root_cause_link_and_signature(fl, tm
     assert m["url"] == "https://frlake.example.com/jobs/job-223715/attempts/0"
     assert m["drain"]["host"] == "gpu-b03" and m["drain"]["action"] in ("ok", "suspect", "avoid", "exclude")
     assert m["text"].startswith("*frlake: hang* in <https://frlake.example.com/jobs/job-223715/attempts/0|")
+    # host or code?: the first incident of a lake has no history to judge from
+    assert m["cause"] == fl.cause("job-223715", 0).to_dict()
+    assert (m["cause"]["call"], m["cause"]["label"]) == ("unclear", "judgement from history")
+    assert "host or code? unclear (judgement from history)" in m["text"]
     # the signature: HMAC-SHA256 of the raw body, as GitHub signs its webhooks
     expected = "sha256=" + hmac.new(b"s3cret", got.body, hashlib.sha256).hexdigest()
     assert got.headers["x-frlake-signature"] == expected

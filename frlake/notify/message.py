@@ -32,10 +32,11 @@ def attempt_url(public_url: str | None, job: str, attempt: int) -> str | None:
 
 
 def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = None, drain: dict | None = None,
-            previous: tuple[str | None, str | None] | None = None) -> dict:
+            previous: tuple[str | None, str | None] | None = None, cause: dict | None = None) -> dict:
     """The JSON posted for one diagnosis. ``drain``: the drain list's row of the culprit's host ({"action",
     "score", ...}; None: the host is on no list). ``previous``: the verdict and root cause announced before,
-    for an update (None: the attempt is announced for the first time)."""
+    for an update (None: the attempt is announced for the first time). ``cause``: host or code?, the call
+    of frlake.query.causes (``Cause.to_dict()``; None: no call)."""
     c = root_cause(diagnosis)
     verdict = diagnosis.verdict.value
     url = attempt_url(public_url, diagnosis.job, diagnosis.attempt)
@@ -61,6 +62,7 @@ def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = Non
         "url": url,
         "drain": drain_state,
         "changed": changes or None,
+        "cause": cause,
     }
     body["text"] = _text(body)
     return body
@@ -76,6 +78,10 @@ def _text(body: dict) -> str:
     if body["changed"]:
         lines.append("changed: " + "; ".join(f"{k.replace('_', ' ')} {v['was'] or 'none'} -> {v['now'] or 'none'}"
                                               for k, v in body["changed"].items()))
+    cause = body["cause"]
+    if cause:
+        confidence = f", {cause['confidence']} confidence" if cause.get("confidence") else ""
+        lines.append(f"host or code? {cause['call']}{confidence} ({cause['label']}): {cause['why']}")
     drain = body["drain"]
     if drain and drain["action"] != "ok":
         lines.append(f"host {drain['host']} is on the drain list: {drain['action']} (score {drain['score']})")

@@ -48,12 +48,15 @@ class PassSummary:
 
 class Notifier:
     """The passes of one configuration over one catalog. ``drain_rows()`` gives the drain list's rows (read
-    only when a pass has something to announce)."""
+    only when a pass has something to announce); ``cause_of(job, attempt)`` the host-or-code call of an
+    attempt as a dict (None: none), read for each message."""
 
-    def __init__(self, catalog: Catalog, config: NotifyConfig, drain_rows: Callable[[], list[dict]]):
+    def __init__(self, catalog: Catalog, config: NotifyConfig, drain_rows: Callable[[], list[dict]],
+                 cause_of: Callable[[str, int], dict | None] | None = None):
         self.catalog = catalog
         self.config = config
         self.drain_rows = drain_rows
+        self.cause_of = cause_of
         self._ids: dict[str, int] = {}
 
     def start(self) -> None:
@@ -108,7 +111,7 @@ class Notifier:
         previous = None if c.announced_verdict is None else (c.announced_verdict, c.announced_culprit)
         body = message(d, revision=c.revision, public_url=self.config.public_url,
                        drain=drain.get(culprit.host) if culprit is not None and culprit.host else None,
-                       previous=previous)
+                       previous=previous, cause=self.cause_of(c.job, c.attempt) if self.cause_of else None)
         return Decision(c, body=json.dumps(body, default=str), delivery=uuid.uuid4().hex,
                         verdict=d.verdict.value, culprit=culprit_words(culprit))
 
