@@ -37,9 +37,12 @@ class AttemptBatch:
         self.summarised = {(f.job, f.attempt) for f in files if f.table in schema.SUMMARY_TABLES}
         # the rows in the order the views read them (file by file, by id): each attempt's in the order a
         # connection over its own files reads them
+        # (sorted by attempt, so that a query of one attempt finds its rows together; a table, not a view
+        # over it, so that each query binds one name)
         for name in sorted({f.table for f in files if f.job is not None}):
             con.execute(f"CREATE TABLE __batch_{name} AS SELECT * FROM {name} ORDER BY job, attempt")
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM __batch_{name}")
+            con.execute(f"DROP VIEW {name}")
+            con.execute(f"ALTER TABLE __batch_{name} RENAME TO {name}")
 
     def select(self, job: str, attempt: int) -> None:
         """Make the connection read as one over this attempt's files would: the schema variables (a
