@@ -630,11 +630,11 @@ class Frlake:
         the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox)."""
         from frlake.notify.outbox import Notifier
 
-        def cause_of(job: str, attempt: int) -> dict | None:
+        def _cause_of(job: str, attempt: int) -> dict | None:  # a message carries it as JSON
             found = self.cause(job, attempt)
             return None if found is None else found.to_dict()
 
-        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")], cause_of)
+        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")], _cause_of)
 
     def lake_stats(self) -> LakeStats:
         """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with
