@@ -27,10 +27,10 @@ conservative:
   rank left no file naming it) is never called, nor counted in a record;
 - ``code`` when the same stall stopped attempts with root causes on at
   least 2 other hosts before, or one of this job's earlier attempts stopped
-  there on another host; and this host held at most half of the stall's
-  earlier incidents (a stall that mostly stops on one host says host: most
-  hangs stop at the same few collectives of a training loop, whatever their
-  cause);
+  there on another host; and the host has no record of its own (not 2
+  earlier root causes at a rate above the fleet's: most hangs stop at the
+  same few collectives of a training loop whatever their cause, so a flaky
+  host's hangs share their stall with other hosts' hangs);
 - ``unclear`` when neither holds (no history, or too little) or both do.
 
 History is every attempt ordered by its start time, then its job and number
@@ -218,7 +218,8 @@ CAUSE_CTES = f"""
                CASE WHEN host_record = 1 AND host_rate_low > fleet_rate AND rank_elsewhere < {RANK_ELSEWHERE}
                          AND NOT inferred THEN 1 ELSE 0 END AS host_strong,
                CASE WHEN (stall_other_hosts >= {CODE_MIN_HOSTS} OR job_stall_elsewhere >= 1)
-                         AND stall_here * 2 <= stall_incidents THEN 1 ELSE 0 END AS code_strong
+                         AND NOT (host_incidents >= {HOST_MIN_INCIDENTS} AND host_rate_low > fleet_rate)
+                    THEN 1 ELSE 0 END AS code_strong
         FROM cz_strength) s
     )
 """
@@ -296,8 +297,9 @@ def why(row: Row) -> str:
     if call == "host":
         verdict = "the host's own record is strong and the stall's is not"
     elif call == "code":
-        verdict = "the same stall stopped attempts on other hosts, and the host's own record is not strong"
-    elif row.get("host_strong") and row.get("code_strong"):
+        verdict = "the same stall stopped attempts on other hosts, and the host has no record of its own"
+    elif row.get("host_strong") and (_n(row.get("stall_other_hosts")) >= CODE_MIN_HOSTS
+                                     or _n(row.get("job_stall_elsewhere"))):
         verdict = "unclear: both the host's record and the stall's point at a cause"
     elif _n(row.get("host_incidents")) == 0 and _n(row.get("stall_incidents")) == 0:
         verdict = "unclear: no history before this incident"
