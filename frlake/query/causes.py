@@ -26,8 +26,11 @@ conservative:
   root cause on 2 or more other hosts; a host inferred from placement (the
   rank left no file naming it) is never called, nor counted in a record;
 - ``code`` when the same stall stopped attempts with root causes on at
-  least 2 hosts before, or one of this job's earlier attempts stopped there
-  on another host;
+  least 2 other hosts before, or one of this job's earlier attempts stopped
+  there on another host; and the host has no record of its own (not 2
+  earlier root causes at a rate above the fleet's: most hangs stop at the
+  same few collectives of a training loop whatever their cause, so a flaky
+  host's hangs share their stall with other hosts' hangs);
 - ``unclear`` when neither holds (no history, or too little) or both do.
 
 History is every attempt ordered by its start time, then its job and number
@@ -63,7 +66,7 @@ Z = 1.96  # 95% Wilson lower bound
 HOST_MIN_INCIDENTS = 2  # earlier root causes on the host
 HOST_MIN_SPREAD = 2  # ... in this many jobs, or at this many different stalls
 RANK_ELSEWHERE = 2  # the same rank of the job root cause on this many other hosts: not the host
-CODE_MIN_HOSTS = 2  # hosts on which the same stall stopped attempts before
+CODE_MIN_HOSTS = 2  # other hosts on which the same stall stopped attempts before
 
 _BLAMED = ", ".join(f"'{v}'" for v in BLAMED_VERDICTS)
 _STALLS = ", ".join(f"'{v}'" for v in INCIDENT_VERDICTS)
@@ -181,6 +184,7 @@ CAUSE_CTES = f"""
              CASE WHEN f.host IS NULL THEN coalesce(s.stall_hosts, 0)
                   WHEN s.stall_here > 0 THEN s.stall_hosts - 1 ELSE coalesce(s.stall_hosts, 0) END AS stall_other_hosts,
              coalesce(ran.stall_ran, 0) AS stall_ran,
+             CASE WHEN f.host IS NULL THEN 0 ELSE coalesce(s.stall_here, 0) END AS stall_here,
              CASE WHEN f.host IS NULL THEN 0 ELSE coalesce(s.job_stall - s.job_stall_here, 0) END AS job_stall_elsewhere
       FROM cz_first f
       JOIN cz_fleet fl ON fl.seqno = f.seqno
@@ -213,7 +217,9 @@ CAUSE_CTES = f"""
         SELECT *,
                CASE WHEN host_record = 1 AND host_rate_low > fleet_rate AND rank_elsewhere < {RANK_ELSEWHERE}
                          AND NOT inferred THEN 1 ELSE 0 END AS host_strong,
-               CASE WHEN stall_hosts >= {CODE_MIN_HOSTS} OR job_stall_elsewhere >= 1 THEN 1 ELSE 0 END AS code_strong
+               CASE WHEN (stall_other_hosts >= {CODE_MIN_HOSTS} OR job_stall_elsewhere >= 1)
+                         AND NOT (host_incidents >= {HOST_MIN_INCIDENTS} AND host_rate_low > fleet_rate)
+                    THEN 1 ELSE 0 END AS code_strong
         FROM cz_strength) s
     )
 """
@@ -238,7 +244,8 @@ CAUSES = f"""
            j.host_incidents, j.host_attempts, round(j.p, 4) AS host_rate, round(j.host_rate_low, 4) AS host_rate_low,
            round(j.fleet_rate, 4) AS fleet_rate, j.fleet_incidents, j.fleet_used,
            j.host_jobs, j.host_stalls, j.rank_elsewhere,
-           j.stall_incidents, j.stall_jobs, j.stall_hosts, j.stall_other_hosts, j.stall_ran, j.job_stall_elsewhere,
+           j.stall_incidents, j.stall_jobs, j.stall_hosts, j.stall_other_hosts, j.stall_here, j.stall_ran,
+           j.job_stall_elsewhere,
            coalesce(j.host_strong, 0) = 1 AS host_strong, coalesce(j.code_strong, 0) = 1 AS code_strong
     FROM incidents i JOIN att ON att.job = i.job AND att.attempt = i.attempt
     LEFT JOIN cz_judged j ON j.job = i.job AND j.attempt = i.attempt
@@ -281,8 +288,8 @@ def why(row: Row) -> str:
         text = f"the same {row['verdict']} at this stack happened {n} time(s) before"
         if n:
             text += (f", in {_n(row['stall_jobs'])} job(s), on {_n(row['stall_hosts'])} host(s) "
-                     f"({_n(row['stall_other_hosts'])} other than this one), of {_n(row['stall_ran'])} attempt(s) "
-                     f"of those jobs")
+                     f"({_n(row['stall_other_hosts'])} other than this one, {_n(row['stall_here'])} time(s) on it), "
+                     f"of {_n(row['stall_ran'])} attempt(s) of those jobs")
         if _n(row["job_stall_elsewhere"]):
             text += f"; {_n(row['job_stall_elsewhere'])} earlier attempt(s) of this job stopped at it on another host"
         parts.append(text)
@@ -290,8 +297,9 @@ def why(row: Row) -> str:
     if call == "host":
         verdict = "the host's own record is strong and the stall's is not"
     elif call == "code":
-        verdict = "the same stall stopped attempts on other hosts, and the host's own record is not strong"
-    elif row.get("host_strong") and row.get("code_strong"):
+        verdict = "the same stall stopped attempts on other hosts, and the host has no record of its own"
+    elif row.get("host_strong") and (_n(row.get("stall_other_hosts")) >= CODE_MIN_HOSTS
+                                     or _n(row.get("job_stall_elsewhere"))):
         verdict = "unclear: both the host's record and the stall's point at a cause"
     elif _n(row.get("host_incidents")) == 0 and _n(row.get("stall_incidents")) == 0:
         verdict = "unclear: no history before this incident"
