@@ -50,12 +50,12 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def _mismatch(folder: Path, rank: int) -> None:
-    """Give ``rank``'s last completed world all_reduce another shape than its peers' (a size mismatch)."""
+    """Give ``rank``'s last completed collective of its tp group (every rank of a world of 8 or fewer) another
+    shape than its peers' (a size mismatch)."""
     path = next(folder.rglob(f"rank_{rank}"))
     dump = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
     for entry in reversed(dump["entries"]):
-        if entry.get("state") == "completed" and entry.get("input_sizes") and "send" not in entry["profiling_name"] \
-                and "recv" not in entry["profiling_name"]:
+        if entry.get("state") == "completed" and entry["process_group"][1] == "tp" and entry.get("input_sizes"):
             entry["input_sizes"] = [[n + 1 for n in s] for s in entry["input_sizes"]]
             entry["output_sizes"] = [[n + 1 for n in s] for s in entry["output_sizes"]]
             break
@@ -71,7 +71,7 @@ def write_dumps(out: Path, attempts: int, entries: int, seed: int = 32) -> dict:
     faults, weights = zip(*FAULTS, strict=True)
     plan = [{"job": f"job-{i // 3:05d}", "attempt": i % 3, "world": rng.randint(4, 8),
              "fault": rng.choices(faults, weights)[0]} for i in range(attempts)]
-    key = {"attempts": attempts, "entries": entries, "seed": seed}
+    key = {"attempts": attempts, "entries": entries, "seed": seed, "mismatch": "tp"}
     if plan_file.is_file() and json.loads(plan_file.read_text()).get("key") == key:
         return json.loads(plan_file.read_text())
     shutil.rmtree(out, ignore_errors=True)
