@@ -479,7 +479,7 @@ class Frlake:
         together (``SummaryWriter.store_many``)."""
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.query.batch import AttemptBatch
-        from frlake.query.links import summary_tables as summary_rows
+        from frlake.query.links import BatchSummaries
         from frlake.storage.summary_tables import AttemptSummary
 
         keys, files = batch
@@ -488,14 +488,18 @@ class Frlake:
             # one thread: a small attempt's statements run on a few thousand rows, where a second thread
             # costs more CPU to start and join than it saves (10% of the batch's CPU)
             con.execute("SET threads = 1")
-            held = AttemptBatch(con, files)
+            held, summaries = AttemptBatch(con, files), BatchSummaries(con)
             for job, attempt in keys:
                 revision, _, copies, _ = states[(job, attempt)]
                 claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
                 held.select(job, attempt)
                 diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
                                         claimed=claimed)
-                made.append((diag, revision, AttemptSummary(summary_rows(con), (job, attempt) in held.summarised)))
+                summaries.keep(job, attempt)
+                made.append((diag, revision))
+            rows = summaries.tables(keys)
+        made = [(diag, revision, AttemptSummary(rows[(diag.job, diag.attempt)], (diag.job, diag.attempt) in held.summarised))
+                for diag, revision in made]
         writer.store_many(made)
         for diag, _, _ in made:
             told((diag.job, diag.attempt), diag)

@@ -102,6 +102,86 @@ def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None)
     return out
 
 
+# A batch of attempts (frlake.query.batch): each attempt's completed, timed collective entries, as _TIMED
+# reads them, kept as it is diagnosed (one INSERT: its host as a number and as a name, its group's key back
+# to the name it was given), then each summary table made for all of them by one statement, keyed by
+# (job, attempt): the statements above, attempt by attempt, cost more to plan than to run on a small attempt.
+_BATCH_TIMED = "_bs_t"
+_KEEP_TIMED = """
+    INSERT INTO {kept}
+    SELECT $job, $attempt, e.pg_name, coalesce(k.pg_name, e.pg_name), e.pg_desc, e.seq, e.op, e.duration_ms,
+           e.watchdog_lag_ms, h.hid, h.host
+    FROM {entries} e JOIN (""" + _HOST_IDS + """) h USING (rank)
+    LEFT JOIN (SELECT DISTINCT pg, pg_name FROM {group_keys}) k ON k.pg = e.pg_name
+    WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
+"""
+_BATCH_DURATIONS = """
+    WITH eh AS (
+      SELECT job, attempt, pg_name, name, pg_desc, seq, op, hid, host, list(duration_ms) AS durations
+      FROM {kept} GROUP BY ALL
+    ), g AS (
+      SELECT job, attempt, pg_name, name, pg_desc, seq, op, list_median(flatten(list(durations))) AS duration_ms,
+             sum(len(durations))::BIGINT AS entries, list(host ORDER BY hid) AS hosts
+      FROM eh GROUP BY job, attempt, pg_name, name, pg_desc, seq, op
+    ), sib AS (
+      SELECT job, attempt, pg_desc, seq, op, count(*) AS n_groups, median(duration_ms) AS sibling_median_ms
+      FROM g GROUP BY ALL
+    )
+    SELECT g.job, g.attempt, g.name AS pg_name, g.pg_desc, g.seq, g.op, g.duration_ms, g.entries, g.hosts,
+           sib.n_groups, sib.sibling_median_ms, g.duration_ms / nullif(sib.sibling_median_ms, 0) AS slowdown
+    FROM g JOIN sib ON g.job = sib.job AND g.attempt = sib.attempt AND g.pg_desc IS NOT DISTINCT FROM sib.pg_desc
+      AND g.seq = sib.seq AND g.op IS NOT DISTINCT FROM sib.op
+    ORDER BY g.job, g.attempt, g.pg_desc, g.seq, g.op, g.name, g.pg_name
+"""
+_BATCH_LAGS = """
+    SELECT job, attempt, any_value(host) AS host, count(*) AS entries, median(watchdog_lag_ms) AS watchdog_lag_ms
+    FROM {kept} GROUP BY job, attempt, hid ORDER BY job, attempt, hid
+"""
+
+
+class BatchSummaries:
+    """The summary tables' rows of a batch's attempts, diagnosed one after another on ``con``: :meth:`keep`
+    after each diagnosis, :meth:`tables` once at the end: each attempt's rows, as :func:`summary_tables`
+    gives them."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE {_BATCH_TIMED} (job VARCHAR, attempt BIGINT, pg_name VARCHAR,
+                        name VARCHAR, pg_desc VARCHAR, seq BIGINT, op VARCHAR, duration_ms DOUBLE,
+                        watchdog_lag_ms DOUBLE, hid BIGINT, host VARCHAR)""")
+
+    def keep(self, job: str, attempt: int, rel: Relations | None = None) -> None:
+        """Keep the timed entries of the attempt just diagnosed (its relations, ``rel``)."""
+        from frlake.query.vocabulary import Relations
+
+        rel = rel or Relations()
+        self.con.execute(_KEEP_TIMED.format(kept=_BATCH_TIMED, entries=rel.entries, dumps=rel.dumps,
+                                            group_keys=rel.group_keys), {"job": job, "attempt": attempt})
+
+    def tables(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, pa.Table]]:
+        """Each of ``keys``' rows of the summary tables, in their schemas."""
+        from frlake import schema
+
+        out: dict[tuple[str, int], dict[str, pa.Table]] = {key: {} for key in keys}
+        for name, sql in (("collective_durations", _BATCH_DURATIONS), ("watchdog_lags", _BATCH_LAGS)):
+            table = self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table()
+            rows = _runs(table.column("job").to_pylist(), table.column("attempt").to_pylist())
+            table = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
+            for key in keys:
+                start, stop = rows.get(key, (0, 0))
+                out[key][name] = table.slice(start, stop - start)
+        return out
+
+
+def _runs(jobs: list, attempts: list) -> dict[tuple[str, int], tuple[int, int]]:
+    """(job, attempt) -> the range of its rows, in rows sorted by job and attempt."""
+    runs: dict[tuple[str, int], tuple[int, int]] = {}
+    for i, key in enumerate(zip(jobs, attempts, strict=True)):
+        start = runs[key][0] if key in runs else i
+        runs[key] = (start, i + 1)
+    return runs
+
+
 def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> bool:
     """Whether the connection's views hold summary rows of the attempt (files
     are never written empty, so: whether it has summary files to retire)."""
