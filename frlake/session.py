@@ -478,6 +478,7 @@ class Frlake:
         """Diagnose a batch of small attempts on one connection (frlake.query.batch) and store them
         together (``SummaryWriter.store_many``)."""
         from frlake.diagnose.analyze import diagnose_attempt
+        from frlake.diagnose.evidence import BatchReads
         from frlake.query.batch import AttemptBatch
         from frlake.query.links import BatchSummaries
         from frlake.storage.summary_tables import AttemptSummary
@@ -489,12 +490,13 @@ class Frlake:
             # costs more CPU to start and join than it saves (10% of the batch's CPU)
             con.execute("SET threads = 1")
             held, summaries = AttemptBatch(con, files), BatchSummaries(con)
+            reads = BatchReads.read(con)
             for job, attempt in keys:
                 revision, _, copies, _ = states[(job, attempt)]
                 claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
                 held.select(job, attempt)
                 diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
-                                        claimed=claimed)
+                                        claimed=claimed, batch=reads)
                 summaries.keep(job, attempt)
                 made.append((diag, revision))
             rows = summaries.tables(keys)

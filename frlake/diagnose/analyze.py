@@ -11,14 +11,15 @@ from dataclasses import replace
 import duckdb
 
 from frlake.diagnose import hang, mismatch, straggler
-from frlake.diagnose.evidence import Evidence, live_stacks, load
+from frlake.diagnose.evidence import BatchReads, Evidence, live_stacks, load
 from frlake.diagnose.words import host_words, ranks_text
 from frlake.entities import WAIT_LIST, Culprit, Diagnosis, Verdict
 from frlake.query.vocabulary import stacks
 
 
 def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,
-                     durations: bool = False, claimed: dict[int, list[str]] | None = None) -> Diagnosis:
+                     durations: bool = False, claimed: dict[int, list[str]] | None = None,
+                     batch: BatchReads | None = None) -> Diagnosis:
     """Apply the verdict rules in their order of precedence (see Verdict).
 
     ``complete``: a user said no more dumps of this attempt will come. Without
@@ -31,9 +32,11 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     the attempt's summary tables (frlake.query.links.summary_tables).
 
     ``claimed``: rank -> the hosts whose folders hold its dump's bytes, where more than one does (a copy:
-    catalog.dumps.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``)."""
+    catalog.dumps.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``).
+
+    ``batch``: what was read once for every attempt of the batch the connection holds (evidence.BatchReads)."""
     started = time.perf_counter()
-    ev = load(con, job, attempt, durations=durations)
+    ev = load(con, job, attempt, durations=durations, batch=batch)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
     claimed = claimed or {}
     hosts, inferred = _hosts_with_inferred(ev, set(claimed))

@@ -25,7 +25,7 @@ from frlake.query.vocabulary import (
     listed_rows,
     member_lists,
 )
-from frlake.schema import schema_variable
+from frlake.schema import RANK_PROGRESS_SQL, schema_variable
 from frlake.signatures import EMPTY_LIST, NO_LIST
 
 _NO_TENSORS = f"IN ({NO_LIST}, {EMPTY_LIST})"  # the signature of a missing or empty list
@@ -121,11 +121,12 @@ _DURATIONS = """, en.duration_ms,
                  AS watchdog_lag_ms"""
 
 
-def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: bool = False) -> Evidence:
+def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: bool = False,
+         batch: BatchReads | None = None) -> Evidence:
+    """``batch``: what was read once for all the attempts of the batch the connection holds (:class:`BatchReads`)."""
     params = {"job": job, "attempt": attempt}
-    several = dict(con.execute(
-        "SELECT rank, count(*) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank HAVING count(*) > 1",
-        params).fetchall())
+    key = (job, attempt)
+    several = {} if batch and key not in batch.several else _several(con, params)
     rel = Relations(one_dump_per_rank=not several)
     con.execute(
         f"""
@@ -284,7 +285,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
     p2p_entries = con.execute(f"SELECT coalesce(sum(n_p2p), 0) FROM {rel.rank_groups}").fetchone()[0]
     _from_pg_status(con, params, rel, members, desc, last_seq, last)
-    live_hosts = _live_hosts(con, params)
+    live_hosts = {} if batch and key not in batch.live else _live_hosts(con, params)
     # the world and the members no dump lists (gloo lists none): from the ranks, groups and hosts there are;
     # the default group spans the world, whoever recorded in it
     gathered = _gathered(con, params, rel, bool(split), members, desc)
@@ -295,7 +296,38 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                     world_inferred=world.how,
                     timing=timing, pending_tail=_pending_tail(con, params, rel),
                     p2p_entries=p2p_entries,
-                    progress=_progress(con, params), live_hosts=live_hosts)
+                    progress=batch.progress.get(key, []) if batch else _progress(con, params),
+                    live_hosts=live_hosts)
+
+
+def _several(con, params) -> dict[int, int]:
+    return dict(con.execute(
+        "SELECT rank, count(*) FROM dumps WHERE job = $job AND attempt = $attempt GROUP BY rank HAVING count(*) > 1",
+        params).fetchall())
+
+
+@dataclass
+class BatchReads:
+    """What :func:`load` reads of the tables alone (not of its relations), read by one statement each for
+    all the attempts a batch's connection holds (frlake.query.batch: its tables hold their rows only): a
+    statement per attempt costs more to plan than to run on a small one. ``several`` and ``live``: the
+    attempts that have a rank dumped twice, live stacks (only those are read on their own, as before);
+    ``progress``: each attempt's :func:`_progress` rows (none: not in it)."""
+
+    several: set[tuple[str, int]]
+    live: set[tuple[str, int]]
+    progress: dict[tuple[str, int], list[dict]]
+
+    @classmethod
+    def read(cls, con: duckdb.DuckDBPyConnection) -> BatchReads:
+        several = set(con.execute(
+            "SELECT DISTINCT job, attempt FROM (SELECT job, attempt FROM dumps GROUP BY job, attempt, rank "
+            "HAVING count(*) > 1)").fetchall())
+        live = set(con.execute("SELECT DISTINCT job, attempt FROM live_stacks WHERE host IS NOT NULL").fetchall())
+        progress: dict[tuple[str, int], list[dict]] = {}
+        for job, attempt, *row in con.execute(_progress_sql("job, attempt,", "")).fetchall():
+            progress.setdefault((job, attempt), []).append(_progress_row(*row))
+        return cls(several, live, progress)
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
@@ -473,21 +505,28 @@ def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:
     return {pg: PendingTail(pg, desc, seq, op, ranks) for pg, desc, seq, op, ranks in rows}
 
 
-def _progress(con, params) -> list[dict]:
-    from frlake.schema import RANK_PROGRESS_SQL
+# Each rank's snapshots (ranks with several), of one attempt (keys "") or of each of them (keys "job, attempt,").
+_PROGRESS = """
+    SELECT {keys} rank, any_value(host ORDER BY snapshot_index DESC), max(snapshots),
+           arg_max(progress, snapshot_index), list(progress ORDER BY snapshot_index),
+           min(snapshot_ns), max(snapshot_ns)
+    FROM ({rank_progress})
+    GROUP BY {keys} rank HAVING max(snapshots) > 1 ORDER BY {keys} rank
+"""
 
-    rows = con.execute(
-        f"""
-        SELECT rank, any_value(host ORDER BY snapshot_index DESC), max(snapshots),
-               arg_max(progress, snapshot_index), list(progress ORDER BY snapshot_index),
-               min(snapshot_ns), max(snapshot_ns)
-        FROM ({RANK_PROGRESS_SQL.format(where="WHERE job = $job AND attempt = $attempt")})
-        GROUP BY rank HAVING max(snapshots) > 1 ORDER BY rank
-        """,
-        params,
-    ).fetchall()
-    return [{"rank": r, "host": h, "snapshots": n, "progress": last, "history": hist, "first_snapshot_ns": lo,
-             "last_snapshot_ns": hi} for r, h, n, last, hist, lo, hi in rows]
+
+def _progress_sql(keys: str, where: str) -> str:
+    return _PROGRESS.format(keys=keys, rank_progress=RANK_PROGRESS_SQL.format(where=where))
+
+
+def _progress(con, params) -> list[dict]:
+    rows = con.execute(_progress_sql("", "WHERE job = $job AND attempt = $attempt"), params).fetchall()
+    return [_progress_row(*row) for row in rows]
+
+
+def _progress_row(r, h, n, last, hist, lo, hi) -> dict:
+    return {"rank": r, "host": h, "snapshots": n, "progress": last, "history": hist, "first_snapshot_ns": lo,
+            "last_snapshot_ns": hi}
 
 
 def _live_hosts(con, params) -> dict[int, str]:
