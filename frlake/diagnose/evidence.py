@@ -139,8 +139,10 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         """,
         params,
     )
-    lists = member_lists(con, params, rel)
-    split = _group_keys(con, params, rel, lists)
+    # every dump of the attempt is read (no rank dumped twice): the batch's reads of its lists hold
+    whole = batch is not None and not several
+    lists = batch.lists(key) if whole else member_lists(con, params, rel)
+    split = _group_keys(con, params, rel, lists, named=whole and (key, lists[0]) not in batch.split)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
     # the stored signatures when every entries file read has them (reading the lists back cost half the pass)
@@ -317,6 +319,13 @@ class BatchReads:
     several: set[tuple[str, int]]
     live: set[tuple[str, int]]
     progress: dict[tuple[str, int], list[dict]]
+    listed: dict[str, dict[tuple[str, int], int]]  # table -> attempt -> its member lists (member_lists)
+    split: set[tuple[tuple[str, int], str]]  # (attempt, table) where a name has several member lists
+
+    def lists(self, key: tuple[str, int]) -> tuple[str, str]:
+        """member_lists of an attempt whose every dump is read."""
+        complete = self.listed["groups"].get(key, 0) == self.listed["group_runs"].get(key, 0)
+        return ("group_runs", "rank_runs") if complete else ("groups", "ranks")
 
     @classmethod
     def read(cls, con: duckdb.DuckDBPyConnection) -> BatchReads:
@@ -327,7 +336,14 @@ class BatchReads:
         progress: dict[tuple[str, int], list[dict]] = {}
         for job, attempt, *row in con.execute(_progress_sql("job, attempt,", "")).fetchall():
             progress.setdefault((job, attempt), []).append(_progress_row(*row))
-        return cls(several, live, progress)
+        listed = {table: {(job, attempt): n for job, attempt, n in con.execute(
+            f"SELECT job, attempt, count(*) FROM {table} WHERE group_size IS NOT NULL GROUP BY ALL").fetchall()}
+            for table in ("groups", "group_runs")}
+        split = {((job, attempt), table) for table, column in (("groups", "ranks"), ("group_runs", "rank_runs"))
+                 for job, attempt in con.execute(
+                     f"SELECT DISTINCT job, attempt FROM (SELECT job, attempt FROM {table} WHERE group_size > 0 "
+                     f"GROUP BY job, attempt, pg_name HAVING min({column}) <> max({column}))").fetchall()}
+        return cls(several, live, progress, listed, split)
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
@@ -554,13 +570,14 @@ def live_stacks(con: duckdb.DuckDBPyConnection, job: str, attempt: int, ranks: l
 
 
 def _group_keys(con: duckdb.DuckDBPyConnection, params: dict, rel: Relations,
-                lists: tuple[str, str]) -> dict[str, str]:
+                lists: tuple[str, str], named: bool = False) -> dict[str, str]:
     """Identify groups that share a name by their members (torch's split_group; its analyzer keys a group
     by name plus a hash of its ranks). Each rank's entries of such a name belong to the member set its own
     pg_config gives that name; a rank without one (an empty pg_config) to the one set that holds it; else
-    to the name alone, as before. Builds ``rel.group_keys``; returns {group: name} for the split names."""
+    to the name alone, as before. Builds ``rel.group_keys``; returns {group: name} for the split names.
+    ``named``: the caller knows that every name has one member list (BatchReads.split)."""
     table, column = lists  # a list and its runs are equal or differ together
-    if not con.execute(
+    if named or not con.execute(
         f"""
         SELECT count(*) FROM (SELECT pg_name FROM {table}
           WHERE job = $job AND attempt = $attempt AND {rel.newest()} AND group_size > 0
