@@ -290,7 +290,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     live_hosts = {} if batch and key not in batch.live else _live_hosts(con, params)
     # the world and the members no dump lists (gloo lists none): from the ranks, groups and hosts there are;
     # the default group spans the world, whoever recorded in it
-    gathered = _gathered(con, params, rel, bool(split), members, desc)
+    gathered = _gathered(con, params, rel, bool(split), members, desc,
+                         batch.gathered.get(key, []) if whole and not split else None)
     world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
     timing = read_timing(con, params, rel, world.members, last_seq)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
@@ -321,6 +322,7 @@ class BatchReads:
     progress: dict[tuple[str, int], list[dict]]
     listed: dict[str, dict[tuple[str, int], int]]  # table -> attempt -> its member lists (member_lists)
     split: set[tuple[tuple[str, int], str]]  # (attempt, table) where a name has several member lists
+    gathered: dict[tuple[str, int], list[tuple]]  # attempt -> _gathered's (rank, group name, most) of every rank
 
     def lists(self, key: tuple[str, int]) -> tuple[str, str]:
         """member_lists of an attempt whose every dump is read."""
@@ -343,7 +345,10 @@ class BatchReads:
                  for job, attempt in con.execute(
                      f"SELECT DISTINCT job, attempt FROM (SELECT job, attempt FROM {table} WHERE group_size > 0 "
                      f"GROUP BY job, attempt, pg_name HAVING min({column}) <> max({column}))").fetchall()}
-        return cls(several, live, progress, listed, split)
+        gathered: dict[tuple[str, int], list[tuple]] = {}
+        for job, attempt, *row in con.execute(_GATHERED_BY_RANK).fetchall():
+            gathered.setdefault((job, attempt), []).append(tuple(row))
+        return cls(several, live, progress, listed, split, gathered)
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
@@ -429,10 +434,11 @@ _GATHERED = """CASE WHEN len(en.output_sizes) > 1 THEN len(en.output_sizes)
 
 
 def _gathered(con, params, rel: Relations, split: bool, members: dict[str, set[int]],
-              desc: dict[str, str | None]) -> dict[str, int]:
+              desc: dict[str, str | None], read: list[tuple] | None = None) -> dict[str, int]:
     """How many ranks each group's all_gathers gather (its output is that many of its input: a list of
     tensors, or one tensor stacked), read from the lowest member of each description (groups of one
-    description are one size): a few ranks' entries, whatever the size of the job."""
+    description are one size): a few ranks' entries, whatever the size of the job. ``read``: each rank's
+    most per group, read already (BatchReads.gathered), of an attempt whose every dump is read."""
     lowest: dict[str, int] = {}
     for pg, ranks in members.items():
         if ranks:
@@ -441,6 +447,13 @@ def _gathered(con, params, rel: Relations, split: bool, members: dict[str, set[i
     readers = sorted(set(lowest.values()))
     if not readers:
         return {}
+    if read is not None:  # the SQL below's max per group, over the readers' own
+        most: dict[str, float | None] = {}
+        wanted = set(readers)
+        for rank, pg, n in read:
+            if rank in wanted:
+                most[pg] = n if most.get(pg) is None else (most[pg] if n is None else max(most[pg], n))
+        return {pg: int(n) for pg, n in most.items() if n is not None and n == int(n) and n > 1}
     group = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
     rows = con.execute(
@@ -448,14 +461,20 @@ def _gathered(con, params, rel: Relations, split: bool, members: dict[str, set[i
         SELECT {group}, max({_GATHERED})
         FROM entries en {keys}
         WHERE en.job = $job AND en.attempt = $attempt AND {rel.newest('en.')} AND en.rank IN (SELECT unnest($ranks))
-          AND en.op IN ('all_gather', 'allgather', '_allgather_base', 'all_gather_into_tensor')
-          AND len(en.input_sizes) = 1 AND len(en.output_sizes) >= 1
+          AND {_GATHERS}
         GROUP BY ALL
         """,
         {**params, "ranks": readers},
     ).fetchall()
     return {pg: int(n) for pg, n in rows if n is not None and n == int(n) and n > 1}
 
+
+_GATHERS = """en.op IN ('all_gather', 'allgather', '_allgather_base', 'all_gather_into_tensor')
+          AND len(en.input_sizes) = 1 AND len(en.output_sizes) >= 1"""
+# _gathered's read of every rank of every attempt the connection holds, by their groups' names
+_GATHERED_BY_RANK = f"""
+    SELECT en.job, en.attempt, en.rank, en.pg_name, max({_GATHERED}) FROM entries en WHERE {_GATHERS} GROUP BY ALL
+"""
 
 # The sends and recvs whose names carry their peers (the only ones a send can be paired with its recv by).
 P2P_NAMED = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL"
