@@ -141,6 +141,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     )
     # every dump of the attempt is read (no rank dumped twice): the batch's reads of its lists hold
     whole = batch is not None and not several
+    # the dumps read, fetched once: their hosts, and the sums below
+    read = con.execute(f"SELECT rank, host, first_record_id, n_entries FROM {rel.dumps}").fetchall()
     lists = batch.lists(key) if whole else member_lists(con, params, rel)
     split = _group_keys(con, params, rel, lists, named=whole and (key, lists[0]) not in batch.split)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
@@ -149,14 +151,21 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     signed = con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] or 1
     marker, size_sig, dtype_sig = ((_END_MARKER_STORED, _SIZE_SIG_STORED, _DTYPE_SIG_STORED) if signed >= 2
                                    else (END_MARKER, _SIZE_SIG, _DTYPE_SIG))
-    # The entries as a view (a view takes no parameters: the attempt is in two variables of the connection).
-    # Each pass reads the few columns it needs from the Parquet files again: at 16,384 ranks, keeping 16M rows
+    # The entries as a view, unless kept (below; a view takes no parameters: the attempt is in two variables of
+    # the connection). Each pass reads the few columns it needs from the Parquet files again: at 16,384 ranks, keeping 16M rows
     # in memory first cost more (3.5 s) than every pass's reading (the diagnosis took 5.7-6.5 s instead of 10).
     con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
     con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
+    # Files written before the stored signatures: their lists are hashed once, into a table. A small attempt's
+    # entries are kept too: then each pass binds a table, not the views over the files (a query of a 4-rank
+    # attempt cost more to plan through them than to run).
+    small = sum(n for *_, n in read if n is not None) <= KEEP_ENTRIES
+    kept = signed < 2 or small
+    if kept:
+        _attach_work(con)
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP VIEW {_READ} AS
+        {f"CREATE OR REPLACE TABLE {WORK_DB}._e" if kept else f"CREATE OR REPLACE TEMP VIEW {_READ}"} AS
         SELECT en.rank, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
                en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
                en.pg_id,
@@ -167,15 +176,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         WHERE en.job = getvariable('{_JOB}') AND en.attempt = getvariable('{_ATTEMPT}') AND {rel.newest('en.')}
         """
     )
-    source = _READ
-    # Files written before the stored signatures: their lists are hashed once, into a table. A small attempt's
-    # entries are kept too: then each pass binds a table, not the views over the files (a query of a 4-rank
-    # attempt cost more to plan through them than to run).
-    small = con.execute(f"SELECT coalesce(sum(n_entries), 0) FROM {rel.dumps}").fetchone()[0] <= KEEP_ENTRIES
-    if signed < 2 or small:
-        _attach_work(con)
-        con.execute(f"CREATE OR REPLACE TABLE {WORK_DB}._e AS SELECT * FROM {_READ}")
-        source = f"{WORK_DB}._e"
+    source = f"{WORK_DB}._e" if kept else _READ
     renumbered = []
     if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE desc_is_backend LIMIT 1)").fetchone()[0]:
         renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(entries=source)).fetchall()]
@@ -247,7 +248,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         """
     )
     hosts, wrapped = {}, set()
-    for rank, host, first_record in con.execute(f"SELECT rank, host, first_record_id FROM {rel.dumps}").fetchall():
+    for rank, host, first_record, _ in read:
         hosts[rank] = host
         if first_record is not None and first_record > 0:
             wrapped.add(rank)
@@ -286,7 +287,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
             peer = min(members[pg] - {rank})  # no peer in the name (torchcomms): a pair's other member
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
     p2p_entries = con.execute(f"SELECT coalesce(sum(n_p2p), 0) FROM {rel.rank_groups}").fetchone()[0]
-    _from_pg_status(con, params, rel, members, desc, last_seq, last)
+    if any(not n for *_, n in read):  # a dump read has no entries
+        _from_pg_status(con, params, rel, members, desc, last_seq, last)
     live_hosts = {} if batch and key not in batch.live else _live_hosts(con, params)
     # the world and the members no dump lists (gloo lists none): from the ranks, groups and hosts there are;
     # the default group spans the world, whoever recorded in it
@@ -382,9 +384,7 @@ def _from_pg_status(con, params, rel: Relations, members: dict[str, set[int]], d
     default group): each such rank is placed in the group of an id where it is furthest ahead of a peer
     that is behind (it waits there for them), else at its default group's count. Weaker evidence, and said
     so (``LastEntry.counters``); gloo counts a timed-out op as completed, so ranks are compared by what they
-    enqueued."""
-    if not con.execute(f"SELECT count(*) FROM {rel.dumps} WHERE coalesce(n_entries, 0) = 0").fetchone()[0]:
-        return  # every dump read has entries
+    enqueued. Called when a dump read has no entries."""
     default = next((pg for pg, d in sorted(desc.items()) if d == "default_pg"), None)
     rows = con.execute(
         f"""
