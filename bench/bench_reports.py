@@ -373,12 +373,28 @@ def main() -> None:
     ap.add_argument("--plan-entries", type=float, default=None,
                     help="plan the history for this many entries (default: the largest size), so that "
                          "--sizes 10e6 --plan-entries 100e6 builds the same 10M lake as a run to 100M")
+    ap.add_argument("--weeks", type=int, default=104, help="the history's window (104: two years)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the lake of the largest size, keep it in --workdir, and time nothing")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the lake already in --workdir (built by --build-only or --keep with the same "
+                         "--sizes, --plan-entries, --batch-entries, --seed, --entries and --weeks) without rebuilding")
     args = ap.parse_args()
 
     sizes = sorted(int(s) for s in args.sizes)
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    build = {k: getattr(args, k) for k in ("seed", "entries", "weeks", "batch_entries", "plan_entries")}
+    build["sizes"] = sizes
+    if args.reuse:
+        if len(sizes) != 1:
+            sys.exit("--reuse times one lake: give one size")
+        made = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else None
+        if made is None or {k: made.get(k) for k in build if k != "sizes"} != {k: build[k] for k in build if k != "sizes"} \
+                or sizes[0] not in made["sizes"]:
+            sys.exit(f"--reuse: {work} holds no lake built with these settings ({made} vs {build})")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
     dumps, settings = work / "dumps", Settings.resolve(work / "lake")
 
     # disk: ~50 bytes per entry in the lake (Parquet + zstd raw), ~230 per entry of pickles in a batch
@@ -388,7 +404,8 @@ def main() -> None:
     if need > free - 5e9:
         sys.exit(f"not enough disk under {work}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed")
 
-    hist = plan_history(target_entries=int(args.plan_entries or sizes[-1]), seed=args.seed, entries=args.entries)
+    hist = plan_history(target_entries=int(args.plan_entries or sizes[-1]), seed=args.seed, entries=args.entries,
+                        weeks=args.weeks)
     by_job: dict[str, list] = {}
     for a in hist.attempts:
         by_job.setdefault(a.job, []).append(a)
@@ -420,6 +437,9 @@ def main() -> None:
                     and hist.entries(done + batch) < size:
                 batch += by_job[order[i]]
                 i += 1
+            if args.reuse:  # the lake holds them already: replay the batches without writing them
+                done += batch
+                continue
             t = time.perf_counter()
             write_attempts(dumps, hist, batch)
             t_gen = time.perf_counter() - t
@@ -444,18 +464,26 @@ def main() -> None:
         if probe is None:  # one big hung attempt, the same at every size
             big = max(done, key=lambda a: (a.fault == "missing_last", a.world, -done.index(a)))
             probe = big
+        if args.build_only:
+            continue
         log(f"size {size:,}: measuring")
         res = measure(settings, args.repeat, probe, truth_summary(hist, done), done, now)
         res.update(target=size, planned_entries=hist.entries(done), drain_now=now.isoformat(),
                    probe_attempt={"job": probe.job, "attempt": probe.attempt, "world": probe.world,
                                   "fault": probe.fault, "culprit": probe.culprit, "culprit_host": probe.culprit_host},
                    generate_s_total=round(gen_s, 1), ingest_s_total=round(ingest_s, 1),
-                   ingest_entries_per_s=round(hist.entries(done) / ingest_s), peak_work_bytes=peak_disk,
+                   ingest_entries_per_s=round(hist.entries(done) / ingest_s) if ingest_s else None, peak_work_bytes=peak_disk,
                    truth=truth_summary(hist, done), diagnosis=diagnosis_accuracy(settings, done),
                    loadavg=[round(x, 2) for x in os.getloadavg()])
         results["sizes"][str(size)] = res
         _write(args.out, results)
     results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    if args.build_only:
+        (work / "build.json").write_text(json.dumps(build) + "\n")
+        log(f"built {settings.lake}: {hist.entries(done):,} entries, generate {gen_s:.0f} s, ingest {ingest_s:.0f} s")
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        _write(args.out, results)
+        return
 
     # ratios between the largest and the smallest size, and the floors
     keys = ["connect", *REPORTS, *NEW_VIEWS, "adhoc_week_ops", "adhoc_last_per_rank", "count_entries"]
@@ -479,7 +507,9 @@ def main() -> None:
     }
     _write(args.out, results)
     _print(results, keys)
-    if not args.keep:
+    if args.keep and not args.reuse:
+        (work / "build.json").write_text(json.dumps(build) + "\n")
+    if not args.keep and not args.reuse:
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -499,7 +529,7 @@ def _print(results: dict, keys: list[str]) -> None:
     rows = [("entries", lambda r: f"{r['entries']:,}"), ("jobs / attempts", lambda r: f"{r['jobs']} / {r['attempts']}"),
             ("dumps", lambda r: f"{r['dumps']:,}"), ("lake GB", lambda r: f"{r['lake_bytes']['all'] / 1e9:.2f}"),
             ("ingest s (cumulative)", lambda r: f"{r['ingest_s_total']:.0f}"),
-            ("ingest entries/s", lambda r: f"{r['ingest_entries_per_s']:,}")]
+            ("ingest entries/s", lambda r: f"{r['ingest_entries_per_s'] or 0:,}")]
     for label, fn in rows:
         print(f"{label:28s}" + "".join(f"{fn(results['sizes'][s]):>18s}" for s in sizes)
               + (f"{results['ratios']['entries']:>8.2f}" if label == "entries" and "ratios" in results else ""))
