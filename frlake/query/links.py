@@ -92,7 +92,7 @@ HOST_LINKS = f"""
     WITH h AS (
       SELECT unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd WHERE n_groups >= 2 AND slowdown IS NOT NULL
     ), per AS (
-      SELECT host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {{slow}}) AS slow_collectives
+      SELECT host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
       FROM h GROUP BY host
     ), bins AS (
       SELECT host, list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
@@ -139,7 +139,7 @@ def host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Tab
     con.register("_cd", durations)
     con.register("_wl", lags)
     try:
-        table = con.sql(HOST_LINKS.format(slow=SLOW)).to_arrow_table()
+        table = con.sql(HOST_LINKS).to_arrow_table()
     finally:
         con.unregister("_cd")
         con.unregister("_wl")
