@@ -379,6 +379,9 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="time the lake already in --workdir (built by --build-only or --keep with the same "
                          "--sizes, --plan-entries, --batch-entries, --seed, --entries and --weeks) without rebuilding")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on building the lake in --workdir where an interrupted --build-only run left it "
+                         "(the batches whose attempts the lake holds are skipped; same settings)")
     args = ap.parse_args()
 
     sizes = sorted(int(s) for s in args.sizes)
@@ -392,10 +395,15 @@ def main() -> None:
         if made is None or {k: made.get(k) for k in build if k != "sizes"} != {k: build[k] for k in build if k != "sizes"} \
                 or sizes[0] not in made["sizes"]:
             sys.exit(f"--reuse: {work} holds no lake built with these settings ({made} vs {build})")
-    else:
+    elif not args.resume:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
     dumps, settings = work / "dumps", Settings.resolve(work / "lake")
+    held: set = set()
+    if args.resume:  # the attempts of the batches the interrupted run ingested in full
+        shutil.rmtree(dumps, ignore_errors=True)
+        with Frlake(settings, must_exist=True) as fl:
+            held = set(fl.catalog.attempts.keys())
 
     # disk: ~50 bytes per entry in the lake (Parquet + zstd raw), ~230 per entry of pickles in a batch
     need = 60 * sizes[-1] + 240 * args.batch_entries
@@ -437,7 +445,8 @@ def main() -> None:
                     and hist.entries(done + batch) < size:
                 batch += by_job[order[i]]
                 i += 1
-            if args.reuse:  # the lake holds them already: replay the batches without writing them
+            if args.reuse or (held and {(a.job, a.attempt) for a in batch} <= held):
+                # the lake holds them already: replay the batches without writing them
                 done += batch
                 continue
             t = time.perf_counter()
