@@ -182,12 +182,13 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         return name
 
     committed = LakeFiles(catalog).table_file_versions(partition)
+    root = str(lake.root)
     lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         versions = [v for _, v in committed.get(name, ())]
-        files = [str(lake.root / p) for p, _ in committed.get(name, ())]
+        files = [f"{root}/{p}" for p, _ in committed.get(name, ())]  # not Path: thousands of files
         if name in schema.SCHEMA_VERSIONS:  # the oldest schema of its files (a diagnosis reads the signatures
             oldest = min(versions, default=schema.schema_version(name))  # only when every file has them)
             con.execute(f"SET VARIABLE {schema.schema_variable(name)} = {oldest}")
