@@ -156,6 +156,12 @@ def check_reports(rows: dict, truth: dict) -> dict:
     # collective, so the groups with a straggler are slower); which hosts does it call slow, and are they stragglers?
     sl = rows["slow-links"]
     slow = [r["host"] for r in sl if r["verdict"] == "slow_link"]
+    # causes: host or code? A "host" call on an ordinary host would drain a healthy one (the worst mistake);
+    # synth's hangs all stop in the same user code, so its stalls look alike on every host (code evidence)
+    calls: dict[str, dict[str, int]] = {"flaky": {}, "straggler": {}, "ordinary": {}}
+    for r in rows["causes"]:
+        kind = "flaky" if r["culprit_host"] in flaky else "straggler" if r["culprit_host"] in strag else "ordinary"
+        calls[kind][r["call"]] = calls[kind].get(r["call"], 0) + 1
     return {
         "flaky_hosts_top": fh[:6],
         "flaky_hosts_position": pos,
@@ -176,6 +182,8 @@ def check_reports(rows: dict, truth: dict) -> dict:
         "slow_links_top": [(r["host"], r["verdict"], r["slowdown"], r["confidence"]) for r in sl[:5]],
         "slow_links_verdict_slow": slow,
         "slow_links_slow_hosts_not_stragglers": sorted(set(slow) - strag),
+        "causes_calls_by_culprit_host": calls,
+        "causes_no_host_call_on_an_ordinary_host": "host" not in calls["ordinary"],
         "hangs_groups": len(rows["hangs"]),
         "hangs_top": [(r["attempts"], r["reason"], r["op"], r["pg_desc"], len(r["exact_signatures"]))
                       for r in rows["hangs"][:5]],

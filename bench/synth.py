@@ -301,7 +301,7 @@ def _step_template(world: int, p2p: bool, variant: int, metrics: bool) -> list:
 
 
 class _Job:
-    """Everything rank-independent, computed once (inherited by forked workers)."""
+    """Everything rank-independent, computed once (a copy goes to each pool worker)."""
 
     def __init__(self, world, entries, job, attempt, rph, fault, culprit, seed, fmt, comm_lib_version):
         self.world, self.entries, self.job, self.attempt = world, entries, job, attempt
@@ -565,6 +565,12 @@ _JOB: _Job | None = None
 _OUT = ""
 
 
+def _adopt(job: _Job, outdir: str) -> None:
+    """A pool worker's copy of the job it writes ranks of."""
+    global _JOB, _OUT
+    _JOB, _OUT = job, outdir
+
+
 def _write_ranks(ranks) -> int:
     J, total = _JOB, 0
     was_enabled = gc.isenabled()
@@ -592,7 +598,7 @@ def write_job(outdir: str, world: int, entries: int, *, job: str = "synth", atte
     ``fault``: None/"none", "missing_last" or "straggler". ``culprit`` defaults
     to a seed-chosen rank when a fault is set. ``fmt``: "pickle" (``rank_<r>``)
     or "json" (``rank_<r>.json``). ``procs``: worker processes (default 2 at
-    most, forked; output is identical for any count).
+    most, started by a forkserver; output is identical for any count).
     """
     global _JOB, _OUT
     fault = "none" if fault in (None, "none") else fault
@@ -618,11 +624,13 @@ def write_job(outdir: str, world: int, entries: int, *, job: str = "synth", atte
     if procs is None:
         procs = min(2, os.cpu_count() or 1)
     try:
-        if procs > 1 and world >= 16 and hasattr(os, "fork"):
+        if procs > 1 and world >= 16:
             import multiprocessing as mp
             chunk = max(1, min(32, world // (procs * 8)))
             parts = [range(i, min(world, i + chunk)) for i in range(0, world, chunk)]
-            with mp.get_context("fork").Pool(procs) as pool:
+            # never a fork of the caller: a forked copy of a process with threads (DuckDB's, a test
+            # runner's) can crash in its first garbage collection, and the pool then waits forever
+            with mp.get_context("forkserver").Pool(procs, initializer=_adopt, initargs=(J, outdir)) as pool:
                 total = sum(pool.imap_unordered(_write_ranks, parts))
         else:
             total = _write_ranks(range(world))

@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from frlake.catalog.store import Catalog
 from frlake.config import Settings
 from frlake.entities import Brief, Diagnosis
 from frlake.errors import FrlakeError
@@ -34,9 +33,15 @@ from frlake.storage.lake import Lake
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
     import duckdb
 
-    from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.notify import DestinationStatus
+    from frlake.catalog.quick import QuickReads
+    from frlake.catalog.rows import AttemptRow
+    from frlake.catalog.stats import LakeStats
+    from frlake.catalog.store import Catalog
     from frlake.diagnose.standing import StackGroup
+    from frlake.notify.outbox import Notifier
     from frlake.query.attempt import Arrivals, GroupProgress
+    from frlake.query.causes import Cause
     from frlake.query.history import Facets, HostHistory, JobHistory
     from frlake.query.side_by_side import SideBySide
     from frlake.values import ReportRows
@@ -46,6 +51,11 @@ log = logging.getLogger("frlake")
 # catalog this keeps a 16,384-rank diagnosis under 1 GB (bench/bench_scale.py).
 ANALYSIS_MEMORY = "700MB"
 MEMO_ENTRIES = 128  # values a long-lived session keeps per catalog version (memoized)
+# Attempts of at most BATCH_DUMPS dumps are diagnosed BATCH_ATTEMPTS at a time on one connection, their rows
+# (at most about BATCH_BYTES of Parquet files) held in memory (Frlake._diagnose_all, frlake.query.batch).
+BATCH_DUMPS = 64
+BATCH_ATTEMPTS = 128
+BATCH_BYTES = 32 << 20
 
 
 class NoLake(FrlakeError):
@@ -67,6 +77,7 @@ class Frlake:
         self._memo = None  # values computed once per catalog version (memoized)
         self._sandboxes: dict = {}  # users' SQL: one sandbox per thread and limits (thread_sandbox)
         self._migrations = None
+        self._quick: QuickReads | None | bool = None  # False: catalog.quick cannot answer here
         self.closed = False
 
     @classmethod
@@ -83,8 +94,21 @@ class Frlake:
         if self.closed:
             raise FrlakeError("this frlake session is closed")
         if self._catalog is None:
+            from frlake.catalog.store import Catalog
+
             self._catalog = Catalog(self.settings.db_url)
         return self._catalog
+
+    def _quick_reads(self) -> QuickReads | None:
+        """catalog.quick's reads of an SQLite catalog at this frlake's revision, while the catalog itself
+        is not open (a command that shows what is stored need not import SQLAlchemy); else None."""
+        if self._quick is None:
+            from frlake.catalog.quick import QuickReads
+            from frlake.catalog.revisions import head_revision
+
+            self._quick = (self._catalog is None and not self.closed
+                           and QuickReads.open(self.settings.db_url, head_revision())) or False
+        return self._quick or None
 
     @property
     def migrations(self):
@@ -97,6 +121,9 @@ class Frlake:
         return self._migrations
 
     def close(self) -> None:
+        if self._quick:
+            self._quick.close()
+        self._quick = False
         if self._migrations is not None:
             self._migrations.close()
             self._migrations = None
@@ -189,6 +216,8 @@ class Frlake:
 
     def list_attempts(self, **filters) -> tuple[int, list[AttemptRow]]:
         """The attempts that match ``filters`` (catalog.attempts.page): how many, and one page of them."""
+        if filters.keys() == {"job", "limit"} and filters["limit"] and (quick := self._quick_reads()) is not None:
+            return quick.count_attempts(filters["job"]), quick.attempts_of(filters["job"], filters["limit"])
         return self.catalog.attempts.page(**filters)
 
     def attempt_facets(self, **filters) -> Facets:
@@ -336,6 +365,10 @@ class Frlake:
         ``reuse``: the stored diagnosis, read and not computed again, when it
         is current (:meth:`current_diagnosis`), which is what computing it
         again would give; else as without it."""
+        if reuse and complete is None and (quick := self._quick_reads()) is not None:
+            number = quick.latest_attempt(job) if attempt is None else attempt
+            if number is not None and (stored := quick.current_diagnosis(job, number)) is not None:
+                return stored
         attempt = self._attempt_number(job, attempt)
         if reuse and (current := self.current_diagnosis(job, attempt, complete)) is not None:
             return current
@@ -352,13 +385,14 @@ class Frlake:
         the attempt (more dumps, rediagnose) keeps it."""
         return self.diagnose(job, attempt, complete=True)
 
-    def rediagnose(self, job: str | None = None) -> list[Diagnosis]:
+    def rediagnose(self, job: str | None = None, *, batch: int = BATCH_ATTEMPTS) -> list[Diagnosis]:
         """Recompute and store the diagnosis of every attempt (of ``job``),
-        and its summary tables."""
+        and its summary tables; small attempts ``batch`` at a time on one
+        connection (1: each on its own, as before; the same diagnoses)."""
         keys = self.catalog.attempts.keys(job)
         if job is not None and not keys:
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
-        return self._diagnose_all(keys)
+        return self._diagnose_all(keys, batch=batch)
 
     def diagnose_pending(self) -> list[Diagnosis]:
         """Diagnose the attempts whose stored diagnosis is missing or older
@@ -388,24 +422,84 @@ class Frlake:
         self._attempt_number(job, attempt)
         return self.catalog.diagnoses.get(job, attempt) or self._analyse(job, attempt, None)[0]
 
-    def _diagnose_all(self, keys: Iterable[tuple[str, int]], progress=None) -> list[Diagnosis]:
-        """Diagnose and store these attempts; ``progress(done, total)`` after each."""
-        out = []
+    def _diagnose_all(self, keys: Iterable[tuple[str, int]], progress=None, *,
+                      batch: int = BATCH_ATTEMPTS) -> list[Diagnosis]:
+        """Diagnose and store these attempts; ``progress(done, total)`` after each. Attempts of at most
+        ``BATCH_DUMPS`` dumps go in batches of up to ``batch`` attempts (``BATCH_BYTES`` of files) on one
+        connection, stored together (frlake.query.batch); the others, and every one with ``batch`` 1, one
+        at a time. Either way each gets the same diagnosis."""
         keys = list(keys)
         if not keys:
-            return out
+            return []
         # one read for these attempts (a user's mark is never lost), none when nothing is pending
         complete = self.catalog.diagnoses.marked_complete(keys)
-        with self._summary_writer() as writer:
-            for i, (job, attempt) in enumerate(keys, 1):
-                if progress:
-                    progress(i - 1, len(keys))
-                diag = self._diagnose_one(writer, job, attempt, (job, attempt) in complete, resummarise=True)
-                log.info("%s", diag.summary)
-                out.append(diag)
+        states = self.catalog.diagnoses.states(keys)  # read before the views: never newer than they
+        small = [k for k in keys if batch > 1 and k in states and 0 < states[k][3] <= BATCH_DUMPS]
+        done: dict[tuple[str, int], Diagnosis] = {}
+
+        def told(key: tuple[str, int], diag: Diagnosis) -> None:
+            log.info("%s", diag.summary)
+            done[key] = diag
+            if progress:
+                progress(len(done), len(keys))
+
         if progress:
-            progress(len(keys), len(keys))
-        return out
+            progress(0, len(keys))
+        with self._summary_writer() as writer:
+            for part in self._batches(small, batch):
+                self._diagnose_batch(writer, part, complete, states, told)
+            for job, attempt in keys:
+                if (job, attempt) not in done:
+                    told((job, attempt), self._diagnose_one(writer, job, attempt, (job, attempt) in complete,
+                                                            resummarise=True))
+        return [done[k] for k in keys]
+
+    def _batches(self, keys: list[tuple[str, int]], size: int) -> Iterator[tuple[list, list]]:
+        """(attempts, their committed files and the lake's unpartitioned ones) in batches of at most
+        ``size`` attempts and about ``BATCH_BYTES`` of files (an attempt larger than that goes alone)."""
+        from frlake.storage.files import LakeFiles
+
+        for start in range(0, len(keys), size):
+            group = keys[start:start + size]
+            files = LakeFiles(self.catalog).committed_in(group, unpartitioned=True)
+            shared = [f for f in files if f.job is None]
+            by_key: dict[tuple[str, int], list] = {}
+            for f in files:
+                if f.job is not None:
+                    by_key.setdefault((f.job, f.attempt), []).append(f)
+            part, size_of = [], 0
+            for key in group:
+                own = sum(f.bytes for f in by_key.get(key, ()))
+                if part and size_of + own > BATCH_BYTES:
+                    yield part, _by_id(shared, by_key, part)
+                    part, size_of = [], 0
+                part.append(key)
+                size_of += own
+            if part:
+                yield part, _by_id(shared, by_key, part)
+
+    def _diagnose_batch(self, writer, batch: tuple[list, list], complete: set, states: dict, told) -> None:
+        """Diagnose a batch of small attempts on one connection (frlake.query.batch) and store them
+        together (``SummaryWriter.store_many``)."""
+        from frlake.diagnose.analyze import diagnose_attempt
+        from frlake.query.batch import AttemptBatch
+        from frlake.query.links import summary_tables as summary_rows
+        from frlake.storage.summary_tables import AttemptSummary
+
+        keys, files = batch
+        made = []
+        with self._connection(catalog_views=(), files=files, bounded=True) as con:
+            held = AttemptBatch(con, files)
+            for job, attempt in keys:
+                revision, _, copies, _ = states[(job, attempt)]
+                claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
+                held.select(job, attempt)
+                diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
+                                        claimed=claimed)
+                made.append((diag, revision, AttemptSummary(summary_rows(con), (job, attempt) in held.summarised)))
+        writer.store_many(made)
+        for diag, _, _ in made:
+            told((diag.job, diag.attempt), diag)
 
     def _summary_writer(self):
         from frlake.storage.summary_tables import SummaryWriter
@@ -534,7 +628,41 @@ class Frlake:
 
         return stream()
 
+    # -- alerts -----------------------------------------------------------------
+    def notifier(self, config) -> Notifier:
+        """The alerts of a :class:`~frlake.notify.config.NotifyConfig` over this lake: ``start()`` before
+        the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox)."""
+        from frlake.notify.outbox import Notifier
+
+        def _cause_of(job: str, attempt: int) -> dict | None:  # a message carries it as JSON
+            found = self.cause(job, attempt)
+            return None if found is None else found.to_dict()
+
+        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")], _cause_of)
+
+    def lake_stats(self) -> LakeStats:
+        """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with
+        the bytes of the raw copies on disk (one stat per copy)."""
+        stats = self.catalog.stats.snapshot()
+        return replace(stats, raw_bytes=self.lake.raw_bytes())
+
+    def notify_status(self) -> list[DestinationStatus]:
+        """Every alert receiver's queue, deliveries, failures and last error (GET /api/notify)."""
+        return self.catalog.notify.status()
+
     # -- reports ----------------------------------------------------------------
+    def cause(self, job: str, attempt: int, *, con: duckdb.DuckDBPyConnection | None = None) -> Cause | None:
+        """Host or code? The call for one attempt, a judgement from the history
+        before it (``frlake.query.causes``), with its figures and the culprit
+        host's drain record just before it; None for a healthy attempt.
+        ``con``: a connection with the lake's views (the server's), else one of its own."""
+        from frlake.query.causes import CAUSE_VIEWS, cause_of
+
+        if con is not None:
+            return cause_of(con, job, attempt)
+        with self._connection(catalog_views=CAUSE_VIEWS) as own:
+            return cause_of(own, job, attempt)
+
     def report(self, name: str, window=None, limit: int | None = None, *,
                con: duckdb.DuckDBPyConnection | None = None, **params) -> ReportRows:
         """A fleet report by name (``frlake.query.reports.REPORTS``), each row
@@ -551,6 +679,11 @@ class Frlake:
             return spec.run(con, window or Window(), limit, **params)
         with self._connection(catalog_views=spec.views) as own:
             return spec.run(own, window or Window(), limit, **params)
+
+
+def _by_id(shared: list, by_key: dict, keys: list) -> list:
+    """The files of ``keys`` and the ``shared`` ones, by id (the order a connection lists them in)."""
+    return sorted([*shared, *(f for k in keys for f in by_key.get(k, ()))], key=lambda f: f.id)
 
 
 def _lake_exists(settings: Settings) -> bool:

@@ -45,6 +45,7 @@ DOC = documented()
 # One request per endpoint, with every documented parameter given a real value.
 CALLS = [
     ("GET", "/api/health", "/api/health", None),
+    ("GET", "/api/notify", "/api/notify", None),
     ("GET", "/api/jobs", "/api/jobs?q=job&job=job-223715&host=b03&verdict=hang&reason=missing&since=2026-01-01&until=2100-01-01T00:00:00%2B01:00&page=1&per_page=5", None),
     ("GET", "/api/jobs/<job>", "/api/jobs/job-223715", None),
     ("GET", "/api/jobs/<job>/attempts/<n>", "/api/jobs/job-223715/attempts/0", None),
@@ -133,6 +134,11 @@ def test_the_diagnosis_and_job_answers_on_a_hang(app):
     assert (root["rank"], root["host"], root["role"]) == (1, "gpu-b03", "root")
     assert root["waited_by"] and all({"rank", "host"} == set(w) for w in root["waited_by"])
     assert root["waiters"] >= len(root["waited_by"])
+    detail = client.get("/api/jobs/job-223715/attempts/0").get_json()
+    cause = detail["cause"]  # host or code?, a judgement from the history before it (docs/reports.md, "causes")
+    assert cause["label"] == "judgement from history" and cause["call"] in ("host", "code", "unclear")
+    assert (cause["culprit_rank"], cause["culprit_host"]) == (1, "gpu-b03") and cause["host"]["host"] == "gpu-b03"
+    assert client.get("/api/jobs/job-223715/attempts/0").get_json()["cause"] == cause  # the same answer
     job = client.get("/api/jobs/job-f70c5d").get_json()
     assert [a["attempt"] for a in job["attempts"]] == [0, 1, 2]
     again = {(r["kind"], r["value"]) for r in job["recurring"]}

@@ -317,6 +317,27 @@ def test_the_attempt_page_explains_the_incident(server, page):
     _shot(page, "attempt-straggler")
 
 
+def test_the_attempt_page_says_host_or_code_beside_the_root_cause(server, page):
+    """gpu-b03 was the root cause in 4 of the 5 attempts it ran before job-f70c5d's hang, in 3 jobs: host,
+    labelled a judgement from history, the same call as the API's."""
+    page.goto(server + "/jobs/job-f70c5d/attempts/0")
+    panel = page.locator("#root-cause #cause")
+    assert panel.is_visible()
+    assert page.locator("#cause-call").inner_text() == "host"
+    assert page.locator("#cause-label").inner_text() == "judgement from history"
+    assert "root cause in 4 of 5 earlier attempts it ran, in 3 job(s)" in page.locator("#cause-host").inner_text()
+    api = page.request.get(server + "/api/jobs/job-f70c5d/attempts/0").json()["cause"]
+    assert (api["call"], api["confidence"], api["label"]) == ("host", "high", "judgement from history")
+    page.locator("#root-cause").screenshot(path=str(SHOTS / "attempt-cause.png"))
+    page.goto(server + "/jobs/job-5f5228/attempts/1")  # its first incident: nothing before it
+    assert page.locator("#cause-call").inner_text() == "unclear"
+    assert "no history before this incident" in page.locator("#cause-why").inner_text()
+    page.goto(server + "/reports/causes")
+    calls = {r.split("\t")[0]: r for r in page.locator("#causes tbody tr").all_inner_texts()}
+    assert "host" in calls["job-f70c5d#0"] and "unclear" in calls["job-5f5228#1"]
+    _shot(page, "report-causes")
+
+
 @pytest.fixture(scope="module")
 def big_server(tmp_path_factory):
     """A synthetic NCCL job of 1,024 ranks whose culprit is rank 1,000: its dp group of 128 ranks is a dense
@@ -440,6 +461,7 @@ LOOKED_AT = [  # (screenshot name, page)
     ("report-flaky-hosts", "/hosts"),
     ("report-slow-ranks", "/reports/slow-ranks"),
     ("report-hangs", "/reports/hangs"),
+    ("report-causes", "/reports/causes"),
     ("report-drain", "/reports/drain?explain=gpu-b03"),
     ("report-slow-links", "/reports/slow-links"),
     ("sql-shared", "/sql?sql=" + urllib.parse.quote(SHARED_SQL)),
@@ -547,7 +569,8 @@ def test_a_shared_csv_link_opens_on_a_server_without_a_token(page, tmp_path, cor
     from playwright.sync_api import Error
 
     settings = Settings.resolve(tmp_path / "lake")
-    ingest([corpus / "job-223715"], settings)
+    with Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
     url, proc = _serve(tmp_path / "lake")
     try:
         with page.expect_download() as got:

@@ -10,6 +10,7 @@ from sqlalchemy import inspect, text
 import frlake
 from frlake.catalog import db
 from frlake.catalog.models import Base
+from frlake.catalog.revisions import VERSIONS
 from frlake.catalog.store import Catalog
 from frlake.errors import StaleCatalog
 from frlake.ingest import IngestOptions
@@ -77,7 +78,7 @@ def test_the_head_and_every_downgrades_loss_come_from_the_migrations_themselves(
     script = ScriptDirectory.from_config(db.alembic_config(db.make_engine("sqlite://")))
     assert script.get_current_head() == db.head_revision()
     revisions = [r.revision for r in script.walk_revisions()]
-    assert len(revisions) == len(list(db.VERSIONS.glob("[0-9]*.py")))
+    assert len(revisions) == len(list(VERSIONS.glob("[0-9]*.py")))
     assert all(isinstance(db.downgrade_loses(r), str) and db.downgrade_loses(r) for r in revisions), revisions
 
 
@@ -132,7 +133,8 @@ def test_downgrade_and_upgrade_keep_every_row(any_db, corpus):
     assert before["culprits"] > 0 and before["rank_stats"] > 0 and before["stack_ids"] > 0
     db.downgrade(engine, "0003")
     after_down = _row_counts(engine)
-    assert after_down == {k: v for k, v in before.items() if k not in ("stack_ids", "retired_files")}
+    assert after_down == {k: v for k, v in before.items()
+                          if k not in ("stack_ids", "retired_files") and not k.startswith("notify_")}
     db.upgrade(engine)
     assert _row_counts(engine) == {**before, "stack_ids": 0, "retired_files": 0}
     engine.dispose()
@@ -179,13 +181,13 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
     assert before["dumps"] == 8 and before["retired_files"] > 0
-    assert db.reverted_by_downgrade(engine, "0004") == ["0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
+    assert db.reverted_by_downgrade(engine, "0004") == ["0015", "0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
                                                         "0005"]
     db.downgrade(engine, "0004")
     after = _row_counts(engine)
     assert after["dumps"] == 4 and "retired_files" not in after
     assert {k: v for k, v in after.items() if k != "dumps"} == {
-        k: v for k, v in before.items() if k not in ("dumps", "retired_files")}
+        k: v for k, v in before.items() if k not in ("dumps", "retired_files") and not k.startswith("notify_")}
     db.upgrade(engine)
     assert db.current_revision(engine) == db.head_revision()
     with engine.connect() as conn:
@@ -264,3 +266,53 @@ def test_the_jobs_search_is_one_query_on_each_backend(any_db, corpus):
         assert found(q="hang", job="job-e211c0") == [("job-e211c0", 0)]
         assert found(q="_") == found(q="%") == []  # LIKE's wildcards are plain characters
         assert fl.attempt_facets(q="f70c5d").verdict == (("hang", 1), ("mismatch", 1), ("straggler", 1))
+
+
+def test_quick_reads_give_what_the_catalog_gives(corpus_lake):
+    """catalog.quick (sqlite3, no SQLAlchemy) and the stores answer alike: every job's attempts, newest
+    first with their root causes, and every attempt's stored diagnosis."""
+    from frlake.catalog.quick import QuickReads
+    from frlake.catalog.revisions import head_revision
+
+    catalog = Catalog(corpus_lake.db_url)
+    quick = QuickReads.open(corpus_lake.db_url, head_revision())
+    try:
+        jobs = sorted({job for job, _ in catalog.attempts.keys()})
+        assert len(jobs) > 3
+        for job in jobs:
+            total, rows = catalog.attempts.page(job=job, limit=50)
+            assert (quick.count_attempts(job), quick.attempts_of(job, 50)) == (total, rows)
+            assert quick.attempts_of(job, 1) == rows[:1]
+            assert quick.latest_attempt(job) == max(a.attempt for a in rows)
+            for a in rows:
+                assert quick.current_diagnosis(job, a.attempt) == catalog.diagnoses.get(job, a.attempt)
+        assert quick.latest_attempt("no-such-job") is None and quick.attempts_of("no-such-job", 5) == []
+    finally:
+        quick.close()
+        catalog.close()
+
+
+def test_quick_reads_answer_only_when_certain(tmp_path, corpus):
+    """A diagnosis that is due, a catalog at another revision, another database: no quick answer, and
+    the session's full path gives the right one."""
+    from frlake.catalog.quick import QuickReads
+    from frlake.catalog.revisions import head_revision
+
+    settings = frlake.Settings.resolve(tmp_path / "lake")
+    with frlake.Frlake(settings) as fl:
+        fl.ingest([corpus / "job-223715"])
+    assert QuickReads.open(settings.db_url, "0001") is None  # not this frlake's revision
+    assert QuickReads.open("postgresql+psycopg://u@h/db", head_revision()) is None
+    assert QuickReads.open(f"sqlite:///{tmp_path / 'none.db'}", head_revision()) is None
+    catalog = Catalog(settings.db_url)
+    with catalog.session(write=True) as s:
+        s.execute(text("UPDATE attempts SET diagnosis_due = 1"))
+    catalog.close()
+    quick = QuickReads.open(settings.db_url, head_revision())
+    assert quick.current_diagnosis("job-223715", 0) is None  # due: computed again by the full path
+    quick.close()
+    with frlake.Frlake(settings) as fl:
+        assert fl.diagnose("job-223715", reuse=True).verdict == "hang"
+    quick = QuickReads.open(settings.db_url, head_revision())
+    assert quick.current_diagnosis("job-223715", 0).verdict == "hang"  # stored again, current
+    quick.close()

@@ -166,3 +166,39 @@ def test_the_exit_status_table(corpus_lake, argv, status):
     """0: done; 1: an error of the lake or of what it holds; 2: the command line's own mistake."""
     result = runner.invoke(app, ["--lake", str(corpus_lake.lake), *argv])
     assert result.exit_code == status, result.output
+
+
+HEAVY = ("sqlalchemy", "alembic", "duckdb", "pyarrow", "flask", "waitress")
+
+_MODULES_AFTER = """
+import sys
+from frlake.cli.launcher import main
+sys.argv = ["frlake", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print("\\nMODULES", *sorted(m for m in sys.modules if "." not in m))
+"""
+
+
+def _modules_after(*args: str) -> set[str]:
+    """The top-level modules a run of ``frlake ARGS`` has imported when it ends."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _MODULES_AFTER, *args], capture_output=True, text=True,
+                         check=True).stdout
+    return set(out.rsplit("\nMODULES ", 1)[1].split())
+
+
+def test_the_entry_point_and_a_stored_diagnosis_load_no_heavy_module(tmp_path, corpus):
+    """Start-up (issue 32): --version and --help load none of SQLAlchemy, Alembic, DuckDB, pyarrow, Flask;
+    showing a stored, current diagnosis on the embedded catalog neither (catalog.quick reads it)."""
+    lake = tmp_path / "lake"
+    assert CliRunner().invoke(app, ["--lake", str(lake), "ingest", str(corpus / "job-5f5228"), "--quiet"]).exit_code == 0
+    assert not _modules_after("--version") & set(HEAVY)
+    assert not _modules_after("--help") & set(HEAVY)
+    assert not _modules_after("--lake", str(lake), "diagnose", "job-5f5228") & set(HEAVY)
+    # a diagnosis that must be computed loads what computing needs
+    assert {"sqlalchemy", "duckdb"} <= _modules_after("--lake", str(lake), "diagnose", "job-5f5228", "--fresh")

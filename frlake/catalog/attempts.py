@@ -3,43 +3,12 @@ and a host's history), with the dumps each holds and its stored verdict."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from sqlalchemy import func, select
 
 from frlake.catalog.db import Store, chunks
 from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, Job
+from frlake.catalog.rows import AttemptInfo, AttemptRow
 from frlake.entities import VERDICTS
-
-
-@dataclass(frozen=True)
-class AttemptRow:
-    """An attempt as the jobs page lists it."""
-
-    job: str
-    attempt: int
-    verdict: str | None
-    summary: str | None
-    n_dumps: int
-    hosts: tuple[str, ...]
-    started_ns: int | None
-    last_seen_at: datetime
-    root_rank: int | None
-    root_host: str | None
-    root_reason: str | None
-
-
-@dataclass(frozen=True)
-class AttemptInfo:
-    job: str
-    attempt: int
-    n_dumps: int
-    hosts: tuple[str, ...]
-    ranks: tuple[int, ...]
-    started_ns: int | None
-    ended_ns: int | None
-    last_seen_at: datetime
 
 
 class Attempts(Store):

@@ -12,16 +12,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from frlake.catalog.revisions import head_revision, migration_files
 from frlake.errors import CatalogError, StaleCatalog
 
 WRITE = "frlake_write"  # execution option of a session that will write
 _CHUNK = 500
-# The migrations shipped with this frlake, one file each, named by their revision ("0013_files_by_attempt.py").
-VERSIONS = Path(__file__).resolve().parent.parent / "migrations" / "versions"
-
-
-def _migration_files() -> dict[str, Path]:
-    return {p.name[:4]: p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py")}
 
 
 def downgrade_loses(revision: str) -> str | None:
@@ -29,7 +24,7 @@ def downgrade_loses(revision: str) -> str | None:
     Alembic is not imported to ask)."""
     import ast
 
-    path = _migration_files().get(revision)
+    path = migration_files().get(revision)
     if path is None:
         return None
     for node in ast.parse(path.read_text()).body:
@@ -79,12 +74,6 @@ def alembic_config(engine: Engine):
     cfg.set_main_option("script_location", "frlake:migrations")
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
     return cfg
-
-
-def head_revision() -> str:
-    """The newest migration shipped with this frlake: its highest-numbered file (Alembic itself is only
-    imported when a migration runs: every command checks the revision)."""
-    return max(_migration_files())
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import delete, select, true, tuple_, update
+from sqlalchemy import delete, func, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from frlake.catalog.db import Store, chunks, utcnow
-from frlake.catalog.models import Attempt, CulpritRow, IncidentRow, Job, RankStat, SourceFile
+from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, Job, RankStat, SourceFile
 from frlake.catalog.seen import CLAIMED_TWICE
 from frlake.entities import Diagnosis, stack_signature, stall_signature, top_frame
 
@@ -27,48 +27,37 @@ class Diagnoses(Store):
         frlake.storage.summary_tables), in the same transaction. Returns False,
         storing nothing, when the attempt is gone or holds a diagnosis made
         from a newer revision."""
+        with self.session(write=True) as s:
+            return _save(s, diag, revision, also, utcnow())
+
+    def save_many(self, items: Sequence[tuple[Diagnosis, int]],
+                  also: Callable[[Session, list[bool]], None] | None = None) -> list[bool]:
+        """:meth:`save` of several attempts' diagnoses (each with the revision it was made from) in one
+        transaction, the attempts' rows locked in key order; whether each was stored. ``also(session,
+        stored)`` runs in the same transaction after them (it may raise to store none)."""
         now = utcnow()
         with self.session(write=True) as s:
-            # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
-            # that diagnose the same attempt store one after the other, and an older view never
-            # replaces a newer one.
-            found = s.execute(
-                select(Attempt.id, IncidentRow.attempt_revision, Attempt.revision, Attempt.diagnosis_due)
-                .join(Job, Job.id == Attempt.job_id)
-                .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
-                .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
-            ).first()
-            if found is None:
-                return False  # forgotten meanwhile
-            attempt_id, stored, current, due = found
-            if stored is not None and stored > revision:
-                return False
+            order = sorted(range(len(items)), key=lambda i: (items[i][0].job, items[i][0].attempt))
+            stored = [False] * len(items)
+            for i in order:
+                stored[i] = _save(s, items[i][0], items[i][1], None, now)
             if also is not None:
-                also(s)
-            if due != (revision < (current or 0)):
-                s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
-            old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
-            s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
-            s.execute(delete(RankStat).where(RankStat.incident_id == old))
-            s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
-            s.flush()
-            incident = IncidentRow(
-                attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary,
-                world_size=diag.world_size, n_dumps=len(diag.ranks_dumped),
-                algorithm_version=diag.algorithm_version, diagnosed_at=now,
-                report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision,
-            )
-            s.add(incident)
-            s.flush()
-            s.add_all(
-                CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
-                           role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
-                           stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
-                           top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
-                for i, c in enumerate(diag.culprits)
-            )
-            s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
-        return True
+                also(s, stored)
+        return stored
+
+    def states(self, attempts: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, bool, bool, int]]:
+        """:meth:`state` of several attempts, each with its number of dumps: one statement per 500 attempts
+        (the attempts the lake has no longer are left out)."""
+        copies = (select(SourceFile.id).where(SourceFile.job == Job.name, SourceFile.attempt == Attempt.number,
+                                              SourceFile.reason == CLAIMED_TWICE).exists())
+        dumps = select(func.count(Dump.id)).where(Dump.attempt_id == Attempt.id).scalar_subquery()
+        q = (select(Job.name, Attempt.number, Attempt.revision, Attempt.diagnosis_due, copies, dumps)
+             .join(Job, Job.id == Attempt.job_id))
+        with self.session() as s:
+            rows = [r for chunk in chunks(sorted(set(attempts)), 500)
+                    for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
+        return {(job, number): (revision or 0, bool(due), bool(copy), n)
+                for job, number, revision, due, copy, n in rows}
 
     def get(self, job: str, attempt: int) -> Diagnosis | None:
         """The stored diagnosis of an attempt (None if it has none)."""
@@ -117,3 +106,47 @@ class Diagnoses(Store):
             rows = [r for chunk in chunks(sorted(set(attempts)), 500)
                     for r in s.execute(q.where(tuple_(Job.name, Attempt.number).in_(chunk))).all()]
         return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
+
+
+def _save(s: Session, diag: Diagnosis, revision: int, also: Callable[[Session], None] | None, now) -> bool:
+    """:meth:`Diagnoses.save` inside the transaction ``s``."""
+    # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
+    # that diagnose the same attempt store one after the other, and an older view never
+    # replaces a newer one.
+    found = s.execute(
+        select(Attempt.id, IncidentRow.attempt_revision, Attempt.revision, Attempt.diagnosis_due)
+        .join(Job, Job.id == Attempt.job_id)
+        .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+        .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
+    ).first()
+    if found is None:
+        return False  # forgotten meanwhile
+    attempt_id, stored, current, due = found
+    if stored is not None and stored > revision:
+        return False
+    if also is not None:
+        also(s)
+    if due != (revision < (current or 0)):
+        s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
+    old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
+    s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
+    s.execute(delete(RankStat).where(RankStat.incident_id == old))
+    s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
+    s.flush()
+    incident = IncidentRow(
+        attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary,
+        world_size=diag.world_size, n_dumps=len(diag.ranks_dumped),
+        algorithm_version=diag.algorithm_version, diagnosed_at=now,
+        report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision,
+    )
+    s.add(incident)
+    s.flush()
+    s.add_all(
+        CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
+                   role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
+                   stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
+                   top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
+        for i, c in enumerate(diag.culprits)
+    )
+    s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
+    return True

@@ -224,3 +224,53 @@ class RankStat(Base):
     late_max_ms: Mapped[float] = mapped_column(Float)
     root_late_events: Mapped[int] = mapped_column(Integer)
     root_late_ms: Mapped[float | None] = mapped_column(Float)
+
+
+class NotifyDestination(Base):
+    """A receiver of frlake's alerts (``--notify URL``), known by a hash of its URL (the URL itself, which may
+    hold a webhook's secret, is not stored), with what was delivered to it (migration 0014)."""
+
+    __tablename__ = "notify_destinations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of the URL, hex
+    label: Mapped[str] = mapped_column(String(512))  # the URL's scheme, host and port: safe to show
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    sent: Mapped[int] = mapped_column(BigInteger, server_default="0")  # messages the receiver accepted
+    failed: Mapped[int] = mapped_column(BigInteger, server_default="0")  # tries that failed (each retry counts)
+    dropped: Mapped[int] = mapped_column(BigInteger, server_default="0")  # messages given up or pushed out
+    last_sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class NotifySeen(Base):
+    """What one destination was told of one attempt: the diagnosis last looked at (its revision and time) and
+    what was announced of it (NULL verdict: nothing yet, it was healthy or filtered out)."""
+
+    __tablename__ = "notify_seen"
+    __table_args__ = (UniqueConstraint("destination_id", "job", "attempt", name="uq_notify_seen_destination_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    destination_id: Mapped[int] = mapped_column(ForeignKey("notify_destinations.id", ondelete="CASCADE"))
+    job: Mapped[str] = mapped_column(String(512))
+    attempt: Mapped[int] = mapped_column(BigInteger)
+    revision: Mapped[int] = mapped_column(BigInteger)  # the attempt revision of the diagnosis looked at
+    diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))  # and when it was made
+    verdict: Mapped[str | None] = mapped_column(String(16))  # announced; NULL: nothing announced
+    culprit: Mapped[str | None] = mapped_column(Text)  # the root cause announced, in words
+
+
+class NotifyMessage(Base):
+    """A message waiting to be delivered (the outbox): removed in the transaction that records it sent."""
+
+    __tablename__ = "notify_outbox"
+    __table_args__ = (Index("ix_notify_outbox_destination_id_next_try_at", "destination_id", "next_try_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    destination_id: Mapped[int] = mapped_column(ForeignKey("notify_destinations.id", ondelete="CASCADE"))
+    delivery: Mapped[str] = mapped_column(String(64), unique=True)  # X-Frlake-Delivery: receivers dedup by it
+    job: Mapped[str] = mapped_column(String(512))
+    attempt: Mapped[int] = mapped_column(BigInteger)
+    body: Mapped[str] = mapped_column(Text)  # the JSON posted, as it will be signed
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    tries: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_try_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)

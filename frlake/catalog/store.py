@@ -2,8 +2,9 @@
 
 :class:`Catalog` holds the engine and the one session helper; each area is a small store over it:
 ``catalog.runs`` (frlake.catalog.runs), ``catalog.files`` (the source files seen, frlake.catalog.seen),
-``catalog.dumps`` (frlake.catalog.dumps), ``catalog.attempts`` (frlake.catalog.attempts) and
-``catalog.diagnoses`` (frlake.catalog.diagnoses). The lake's Parquet files are the storage wing's
+``catalog.dumps`` (frlake.catalog.dumps), ``catalog.attempts`` (frlake.catalog.attempts),
+``catalog.diagnoses`` (frlake.catalog.diagnoses), ``catalog.notify`` (the alerts' outbox,
+frlake.catalog.notify) and ``catalog.stats`` (the numbers ``GET /metrics`` shows, frlake.catalog.stats). The lake's Parquet files are the storage wing's
 (frlake.storage.files), which uses this catalog; the catalog knows nothing of it."""
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from frlake.catalog import db
 from frlake.catalog.attempts import Attempts
 from frlake.catalog.diagnoses import Diagnoses
 from frlake.catalog.dumps import Dumps
+from frlake.catalog.notify import Notify
 from frlake.catalog.runs import Runs
 from frlake.catalog.seen import SeenFiles
+from frlake.catalog.stats import Stats
 
 __all__ = ["Catalog"]
 
@@ -45,6 +48,8 @@ class Catalog:
         self.dumps = Dumps(self.session)
         self.attempts = Attempts(self.session)
         self.diagnoses = Diagnoses(self.session)
+        self.notify = Notify(self.session)
+        self.stats = Stats(self.session)
 
     def close(self) -> None:
         self.engine.dispose()

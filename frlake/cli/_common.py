@@ -58,6 +58,34 @@ GraceOpt = Annotated[str, typer.Option(
     "--grace", help="Replaced files are deleted by a later run once retired this long (readers may still use "
                     "them), e.g. 1h, 0s.")]
 
+NotifyOpt = Annotated[list[str] | None, typer.Option(
+    "--notify", help="POST a JSON message (Slack-compatible 'text' beside the fields) to this URL for every new or "
+                     "changed diagnosis that is not healthy (repeatable; docs/operations.md).", show_default=False)]
+NotifyOnOpt = Annotated[list[str] | None, typer.Option(
+    "--notify-on", help="Verdicts --notify announces, e.g. hang,mismatch (default: all but healthy).",
+    show_default=False)]
+NotifyJobsOpt = Annotated[list[str] | None, typer.Option(
+    "--notify-jobs", help="Job patterns --notify announces, e.g. 'train-*' (repeatable; default: every job).",
+    show_default=False)]
+NotifySecretOpt = Annotated[str | None, typer.Option(
+    "--notify-secret", envvar="FRLAKE_NOTIFY_SECRET", help="Sign each message: X-Frlake-Signature: sha256=<HMAC "
+                                                           "of the body with this secret>.", show_default=False)]
+PublicUrlOpt = Annotated[str | None, typer.Option(
+    "--public-url", help="The server's address as people open it (https://frlake.example.com): messages link the "
+                         "attempt's page.", show_default=False)]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", envvar="FRLAKE_CONFIG", help="A TOML config file; its [notify] section holds url, on, jobs, secret, "
+                                             "public_url (the command line wins).", dir_okay=False,
+    show_default=False)]
+
+
+def notify_settings(urls, on, jobs, secret, public_url, config_file):
+    """The --notify settings (frlake.notify.config.NotifyConfig), or None when nothing names a receiver."""
+    from frlake.notify.config import notify_config
+
+    return notify_config(urls or (), on, jobs, secret, public_url, config_file)
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 

@@ -18,15 +18,23 @@ from rich.progress import (
 )
 
 from frlake.cli._common import (
+    ConfigOpt,
     DbUrlOpt,
     Format,
     FormatOpt,
     LakeOpt,
     LockTimeoutOpt,
+    NotifyJobsOpt,
+    NotifyOnOpt,
+    NotifyOpt,
+    NotifySecretOpt,
+    PublicUrlOpt,
     QuietOpt,
     console,
     emit_json,
     emit_rows,
+    err_console,
+    notify_settings,
     open_session,
     parse_duration,
     user_errors,
@@ -72,6 +80,12 @@ def ingest_command(
         help="Read every rejected file again (by default a rejection is retried only when this run could "
              "judge it differently: other identity options, a newer frlake, an unreadable file).")] = False,
     lock_timeout: LockTimeoutOpt = "10m",
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
+    notify_jobs: NotifyJobsOpt = None,
+    notify_secret: NotifySecretOpt = None,
+    public_url: PublicUrlOpt = None,
+    config: ConfigOpt = None,
     fmt: FormatOpt = Format.table,
     quiet: QuietOpt = False,
     lake: LakeOpt = None,
@@ -85,13 +99,21 @@ def ingest_command(
     Exit status: 0 all good; 3 some files were rejected (the rest were
     ingested); 4 every file was rejected or no path could be read; 1 on
     errors (among them: another frlake kept the lake busy past
-    --lock-timeout)."""
+    --lock-timeout).
+
+    With --notify URL (or a config file's [notify] section), the incidents
+    this run found are posted to URL after it; a message that could not be
+    delivered waits in the catalog for the next run (docs/operations.md)."""
     pool_context()  # its imports overlap ours
     from frlake.ingest.pipeline import IngestOptions
 
     with user_errors():
         wait = parse_duration(lock_timeout)
+        alerts = notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url, config)
     with open_session(ctx, lake, db_url) as session:
+        notifier = session.notifier(alerts) if alerts else None
+        if notifier is not None:
+            notifier.start()  # before the run: what the lake held before is not announced to a new receiver
         identity = IdentityOptions(job=job, attempt=attempt, host=host, rank=rank, layout=layout,
                                    hosts=load_hosts(hosts) if hosts else None)
         options = IngestOptions(identity=identity, workers=workers, force=force, chunk_files=batch_files, isolate=True,
@@ -104,6 +126,13 @@ def ingest_command(
                           console=console, transient=True, disable=not console.is_terminal) as bar:
                 task = bar.add_task("scanning", total=None, unit="files")
                 summary = session.ingest(paths, options, lambda step: _show(bar, task, step))
+        if notifier is not None:
+            sent = notifier.run()
+            if sent.failed:
+                err_console.print(f"notify: {sent.sent} sent, {sent.failed} failed ({sent.errors[0]}); the "
+                                  "messages wait in the catalog for the next run", highlight=False, markup=False)
+            elif not quiet and fmt is Format.table:
+                console.print(f"notify: {sent.queued} queued, {sent.sent} sent", highlight=False)
     if fmt in (Format.json, Format.ndjson):
         emit_json(summary.to_dict(), fmt)
         raise typer.Exit(exit_status(summary))

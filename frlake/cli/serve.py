@@ -6,7 +6,21 @@ from typing import Annotated
 
 import typer
 
-from frlake.cli._common import DbUrlOpt, LakeOpt, console, parse_duration, settings, user_errors
+from frlake.cli._common import (
+    ConfigOpt,
+    DbUrlOpt,
+    LakeOpt,
+    NotifyJobsOpt,
+    NotifyOnOpt,
+    NotifyOpt,
+    NotifySecretOpt,
+    PublicUrlOpt,
+    console,
+    notify_settings,
+    parse_duration,
+    settings,
+    user_errors,
+)
 from frlake.errors import FrlakeError
 
 
@@ -29,13 +43,21 @@ def serve_command(
     every: Annotated[str, typer.Option(help="How often --watch scans, e.g. 10m.")] = "10m",
     layout: Annotated[str | None, typer.Option(help="Path template for --watch (as ingest --layout).")] = None,
     workers: Annotated[int, typer.Option(help="Parser processes for --watch.", min=1)] = 1,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
+    notify_jobs: NotifyJobsOpt = None,
+    notify_secret: NotifySecretOpt = None,
+    public_url: PublicUrlOpt = None,
+    config: ConfigOpt = None,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
     """Serve the web UI and the JSON API (production WSGI server, not Flask's).
     With --watch, the same process also ingests the watched folders every
     --every (a background thread; its last scan, errors and next run are on
-    the jobs page and at GET /api/watch)."""
+    the jobs page and at GET /api/watch). With --notify URL, new incidents
+    are posted to URL as they are diagnosed (GET /api/notify shows the
+    deliveries); GET /metrics serves Prometheus' text format."""
     from dataclasses import replace
 
     import waitress
@@ -54,7 +76,8 @@ def serve_command(
         config = ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20,
                               upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
                               allowed_hosts=names, port=port,
-                              watch=watch_config(watch or (), parse_duration(every), scan))
+                              watch=watch_config(watch or (), parse_duration(every), scan),
+                              notify=notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url, config))
         app = create_app(config)
     if names is None:
         console.print(f"frlake answers to any host name on {host}; give --public-host NAME to name the ones it serves")

@@ -165,7 +165,11 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         """
     )
     source = _READ
-    if signed < 2:  # files written before the stored signatures: their lists are hashed once, into a table
+    # Files written before the stored signatures: their lists are hashed once, into a table. A small attempt's
+    # entries are kept too: then each pass binds a table, not the views over the files (a query of a 4-rank
+    # attempt cost more to plan through them than to run).
+    small = con.execute(f"SELECT coalesce(sum(n_entries), 0) FROM {rel.dumps}").fetchone()[0] <= KEEP_ENTRIES
+    if signed < 2 or small:
         _attach_work(con)
         con.execute(f"CREATE OR REPLACE TABLE {WORK_DB}._e AS SELECT * FROM {_READ}")
         source = f"{WORK_DB}._e"
@@ -294,6 +298,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
                     progress=_progress(con, params), live_hosts=live_hosts)
 
 
+KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
 WORK_DB = "frlake_work"  # the connection's compressed in-memory database: the attempt's entries, when kept
 _READ = "_e_read"  # the view of the attempt's entries in its Parquet files (load)
 _JOB, _ATTEMPT = "frlake_diagnosed_job", "frlake_diagnosed_attempt"  # the connection's variables it reads

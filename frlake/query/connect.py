@@ -18,14 +18,15 @@ from frlake.storage.lake import Lake
 
 
 def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None = None,
-            partition: tuple[str, int] | None = None) -> duckdb.DuckDBPyConnection:
+            partition: tuple[str, int] | None = None, files: Iterable | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view per lake table and catalog table.
 
     Internal callers name the ``catalog_views`` they need, so a catalog that
     lists millions of files is not copied into DuckDB for a diagnosis, and a
     ``partition`` (job, attempt) to see only its files, so a diagnosis costs
-    the same however long the history is."""
-    con, _ = _open(catalog, lake, catalog_views, partition, sealed=False)
+    the same however long the history is; or the committed ``files`` to read (several attempts', for a
+    batch of diagnoses: ``LakeFiles.committed_in``)."""
+    con, _ = _open(catalog, lake, catalog_views, partition, sealed=False, files=files)
     return con
 
 
@@ -96,10 +97,11 @@ def one_attempt(sql: str) -> tuple[str, int] | None:
     return next(iter(wanted["job"])), next(iter(wanted["attempt"]))
 
 
-def _open(catalog: Catalog, lake: Lake, catalog_views, partition, sealed: bool) -> tuple[duckdb.DuckDBPyConnection, dict]:
+def _open(catalog: Catalog, lake: Lake, catalog_views, partition, sealed: bool,
+          files: Iterable | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
     con = duckdb.connect(":memory:", config={"threads": 2})
     try:
-        sources = create_views(con, lake, catalog, catalog_views, partition, sealed=sealed)
+        sources = create_views(con, lake, catalog, catalog_views, partition, sealed=sealed, files=files)
         con.execute("SET parquet_metadata_cache = true")  # Parquet footers read once per connection
     except BaseException:
         con.close()

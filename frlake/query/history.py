@@ -12,7 +12,7 @@ from frlake.values import Record
 if TYPE_CHECKING:
     import duckdb
 
-    from frlake.catalog.attempts import AttemptRow
+    from frlake.catalog.rows import AttemptRow
     from frlake.catalog.store import Catalog
 
 

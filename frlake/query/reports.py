@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import duckdb
 
 from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS
+from frlake.query.causes import CAUSE_CTES, CAUSE_VIEWS, CAUSES
+from frlake.query.causes import finish as cause_finish
 from frlake.query.drain import DrainPolicy, drain
 from frlake.query.links import SLOW_LINKS, slow_link_verdict
 from frlake.query.window import Window
@@ -115,12 +117,17 @@ SLOW_RANKS = f"""
 # frames where the dumps carry stacks (stall_signature). A stall some dumps give no stack for (JSON dumps
 # without frames) joins its stacked kin when they are one stall; when they are several, which one it is the
 # data cannot tell, and it keeps a row of its own (reason:op@group).
+# ``cause``: the call (frlake.query.causes) of the stall's latest attempt, judged from the history before it;
+# each item of ``evidence`` carries its own.
 HANGS = f"""
     WITH {_ATTEMPTS},
+    {CAUSE_CTES},
     h AS (
       SELECT c.*, att.started_ns AS att_started, coalesce(c.stall_signature, c.stack_signature) AS sig,
-             c.reason || ':' || coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?') AS place
+             c.reason || ':' || coalesce(c.op, '?') || '@' || coalesce(c.pg_desc, '?') AS place,
+             coalesce(j.call, 'unclear') AS cause
       FROM culprits c JOIN att USING (job, attempt)
+      LEFT JOIN cz_judged j ON j.job = c.job AND j.attempt = c.attempt
       WHERE c.position = 0 AND c.verdict = 'hang'
     ),
     one AS (SELECT place, count(DISTINCT sig) AS n, min(sig) AS sig FROM h GROUP BY place),
@@ -128,6 +135,13 @@ HANGS = f"""
       SELECT h.*, CASE WHEN h.sig IS NOT NULL THEN h.reason || ':' || h.sig
                        WHEN one.n = 1 THEN h.reason || ':' || one.sig ELSE h.place END AS signature
       FROM h JOIN one USING (place)
+    ),
+    latest AS (
+      SELECT signature, cause AS latest_cause FROM (
+        SELECT signature, cause,
+               row_number() OVER (PARTITION BY signature ORDER BY att_started DESC, job DESC, attempt DESC) AS nth
+        FROM k) l
+      WHERE nth = 1
     )
     SELECT signature, min(top_frame) AS top_frame, mode(reason ORDER BY reason) AS reason, mode(op ORDER BY op) AS op,
            mode(pg_desc ORDER BY pg_desc) AS pg_desc,
@@ -136,8 +150,10 @@ HANGS = f"""
            make_timestamp(min(att_started) // 1000) AS first_seen, make_timestamp(max(att_started) // 1000) AS last_seen,
            list(struct_pack(started_at := make_timestamp(att_started // 1000), job := job, attempt := attempt,
                             verdict := verdict, pg := pg, pg_desc := pg_desc, seq := seq, op := op,
-                            rank := rank, host := host, reason := reason) ORDER BY att_started, job, attempt) AS evidence
-    FROM k GROUP BY signature
+                            rank := rank, host := host, reason := reason, cause := cause)
+                ORDER BY att_started, job, attempt) AS evidence,
+           min(latest.latest_cause) AS cause
+    FROM k JOIN latest USING (signature) GROUP BY signature
     ORDER BY attempts DESC, last_seen DESC, signature
 """
 
@@ -203,8 +219,12 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
-           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature"),
+           ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature", "cause"),
            "hangs.html", "Hangs", empty="no hang or mismatch in this window"),
+    Report("causes", CAUSES, "Host or code?", "Was this incident the host or the code (a judgement from history)?",
+           ("job", "attempt", "verdict", "call", "confidence", "culprit_host", "culprit_rank", "host_incidents",
+            "host_attempts", "stall_incidents", "stall_hosts"), "causes.html", "Causes",
+           views=CAUSE_VIEWS, finish=cause_finish, empty="no attempt stopped or straggled in this window"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
            views=("attempts", "culprits", "attempt_hosts"), compute=_drain, portable=False,

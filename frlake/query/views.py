@@ -11,7 +11,7 @@ from frlake import schema
 from frlake.catalog.store import Catalog
 from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
-from frlake.storage.files import LakeFiles
+from frlake.storage.files import CommittedFile, LakeFiles
 from frlake.storage.lake import Lake
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
@@ -166,14 +166,17 @@ def _sql_str(text: str) -> str:
 
 def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
                  catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
-                 sealed: bool = False) -> dict[str, object]:
+                 sealed: bool = False, files: Iterable[CommittedFile] | None = None) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables. Returns the Python objects registered, by
     name (a cursor of ``con`` must register them again to see the views).
 
     ``sealed`` (the SQL sandbox): the lake's files are read through Arrow
     datasets, not DuckDB's file readers, so the connection needs no file
-    system at all and can be denied every path, the lake's own included."""
+    system at all and can be denied every path, the lake's own included.
+
+    ``files``: the committed files to read, when the caller has them (several attempts diagnosed on one
+    connection, ``LakeFiles.committed_in``), instead of the catalog's of ``partition``."""
     sources: dict[str, object] = {}
 
     def register(name: str, obj: object) -> str:
@@ -181,7 +184,12 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         sources[name] = obj
         return name
 
-    committed = LakeFiles(catalog).table_file_versions(partition)
+    if files is None:
+        committed = LakeFiles(catalog).table_file_versions(partition)
+    else:
+        committed = {}
+        for f in files:
+            committed.setdefault(f.table, []).append((f.readable, f.schema_version))
     root = str(lake.root)
     lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
     for name, table_schema in schema.TABLES.items():

@@ -80,7 +80,7 @@ class _Request(Request):
 
 def create_app(config: ServerConfig) -> Flask:
     from frlake.ingest.upload import UPLOADS_DIR, DiskBudget, remove_stale_uploads
-    from frlake.server import api, context, errors, params, security, ui
+    from frlake.server import api, context, errors, metrics, params, security, ui
 
     app = Flask(__name__)
     app.request_class = _Request
@@ -95,6 +95,7 @@ def create_app(config: ServerConfig) -> Flask:
     remove_stale_uploads(session.lake.root)
     app.extensions["frlake_upload_dir"] = str(uploads)
     app.extensions["frlake_upload_budget"] = DiskBudget(config.upload_limits.budget_bytes)
+    metrics.register(app)  # first: every request is counted, the refused ones too
     security.register(app)
     params.register(app)  # after the security checks: a foreign request learns nothing of the parameters
     app.register_blueprint(api.bp, url_prefix="/api")
@@ -127,9 +128,15 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(_names, "names")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
+    alerts = None
+    if config.notify is not None:
+        from frlake.server.alerts import Alerts
+
+        alerts = app.extensions["frlake_alerts"] = Alerts(session, config.notify).start()
     if config.watch is not None:
         from frlake.server.watch import Watcher
 
-        app.extensions["frlake_watch"] = Watcher(session, config.watch).start()
+        app.extensions["frlake_watch"] = Watcher(session, config.watch,
+                                                 after_scan=alerts.wake if alerts else None).start()
 
     return app

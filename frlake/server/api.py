@@ -17,6 +17,7 @@ from frlake.server.errors import ApiError
 from frlake.server.params import (
     JOBS,
     arrivals_view,
+    cause,
     diagnosis,
     entries_view,
     int_arg,
@@ -67,6 +68,20 @@ def watch():
     return jsonify({"watching": True, **watcher.status().to_dict()})
 
 
+@bp.get("/notify")
+@takes()
+def notify():
+    """The alerts (``--notify URL``): this server's passes, and every receiver's queue, deliveries, failures and
+    last error (kept in the catalog: a cron ingest's receivers are listed too)."""
+    return jsonify(notify_state())
+
+
+def notify_state() -> dict:
+    alerts = current_app.extensions.get("frlake_alerts")
+    return {"notifying": alerts is not None, **(alerts.status().to_dict() if alerts else {}),
+            "destinations": [d.to_dict() for d in session().notify_status()]}
+
+
 @bp.get("/jobs")
 @takes(*JOBS)
 def jobs():
@@ -93,9 +108,10 @@ def job(job: str):
 @takes()
 def attempt_detail(job: str, attempt: int):
     known_attempt(job, attempt)
-    d = diagnosis(job, attempt)
+    d, c = diagnosis(job, attempt), cause(job, attempt)
     return jsonify({"job": job, "attempt": attempt, "verdict": d.verdict.value, "summary": d.summary,
-                    "diagnosis": d.to_dict(), "progress": progress(job, attempt)})
+                    "diagnosis": d.to_dict(), "progress": progress(job, attempt),
+                    "cause": None if c is None else c.to_dict()})
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/progress")

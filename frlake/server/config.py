@@ -27,6 +27,7 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_NAMES
     port: int | None = None
     watch: object = None  # a frlake.server.watch.WatchConfig: paths ingested on an interval
+    notify: object = None  # a frlake.notify.config.NotifyConfig: where alerts on new incidents go
 
 
 WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")

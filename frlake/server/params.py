@@ -20,6 +20,7 @@ from frlake.server.errors import ApiError
 if TYPE_CHECKING:
     from frlake.diagnose.standing import StackGroup
     from frlake.query.attempt import Arrivals, GroupProgress
+    from frlake.query.causes import Cause
     from frlake.query.side_by_side import SideBySide
 
 
@@ -147,6 +148,12 @@ def diagnosis(job: str, attempt: int) -> Diagnosis:
     """The stored diagnosis, or one computed now and not stored: a GET never writes."""
     known_attempt(job, attempt)
     return memoized("diagnosis", (job, attempt), lambda: session().stored_diagnosis(job, attempt))
+
+
+def cause(job: str, attempt: int) -> Cause | None:
+    """Host or code? The attempt's call, a judgement from history (frlake.query.causes); None when healthy."""
+    known_attempt(job, attempt)
+    return memoized("cause", (job, attempt), lambda: session().cause(job, attempt, con=views()))
 
 
 def progress(job: str, attempt: int, pgs: list[str] | None = None) -> tuple[GroupProgress, ...]:

@@ -12,13 +12,14 @@ from frlake.entities import REASONS, VERDICTS
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
-from frlake.server.api import EXAMPLES, known_host, run_query
+from frlake.server.api import EXAMPLES, known_host, notify_state, run_query
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
 from frlake.server.params import (
     EXPORT,
     JOBS,
     arrivals_view,
+    cause,
     choice_arg,
     diagnosis,
     entries_view,
@@ -60,7 +61,7 @@ def jobs():
     watcher = current_app.extensions.get("frlake_watch")
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
                    pages=max(1, -(-total // per_page)), filters=request.args, facets=facets,
-                   watch=watcher.status() if watcher else None)
+                   watch=watcher.status() if watcher else None, notify=notify_state())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -90,7 +91,8 @@ def attempt(job: str, attempt: int):
                 for g in groups for r in g.ranks]),
     ]
     return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
-                   arrivals=None if exporting else _arrivals(job, attempt, diag), view_args=_view_args(),
+                   cause=cause(job, attempt), arrivals=None if exporting else _arrivals(job, attempt, diag),
+                   view_args=_view_args(),
                    needs_token=bool(config().token))
 
 
@@ -142,7 +144,8 @@ def _with_host(rows: list[dict], part: str | None) -> list[dict]:
     if not part:
         return rows
     part = part.lower()
-    return [r for r in rows if any(part in (h or "").lower() for h in (r.get("hosts") or [r.get("host")]))]
+    return [r for r in rows
+            if any(part in (h or "").lower() for h in (r.get("hosts") or [r.get("host", r.get("culprit_host"))]))]
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>/entries")

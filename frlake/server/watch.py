@@ -56,11 +56,12 @@ _COUNTS = ("run_id", "ingested", "already_present", "unchanged", "rejected", "sk
 class Watcher:
     """The scanning thread. ``status()`` is safe to call from any request."""
 
-    def __init__(self, session: Frlake, config: WatchConfig):
+    def __init__(self, session: Frlake, config: WatchConfig, after_scan=None):
         from frlake.ingest.pipeline import IngestOptions
 
         self.session = session
         self.config = config
+        self.after_scan = after_scan  # called after every scan that went well (the alerts' pass: alerts.py)
         self.options = config.options or IngestOptions(workers=1, isolate=True)
         self._status = WatchStatus(list(config.paths), config.every_s)
         self._lock = threading.Lock()
@@ -102,6 +103,8 @@ class Watcher:
                 self._status.total_rejected += summary.rejected
                 self._status.last_error = None
                 self._status.recent_rejections = summary.rejected_files[:20]
+            if self.after_scan is not None:
+                self.after_scan()
         finally:
             with self._lock:
                 self._status.running = False

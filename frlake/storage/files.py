@@ -133,6 +133,24 @@ class LakeFiles:
         with self.session() as s:
             return [CommittedFile(*r) for r in s.execute(q.order_by(LakeFile.id))]
 
+    def committed_in(self, partitions: Iterable[tuple[str, int]], tables: Iterable[str] | None = None,
+                     *, unpartitioned: bool = False) -> list[CommittedFile]:
+        """:meth:`committed` of several (job, attempt) partitions (of ``tables`` only, when given), a chunk of
+        keys per statement; with ``unpartitioned``, the files of no partition too (``stacks``). By id."""
+        q = select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.job, LakeFile.attempt, LakeFile.rows,
+                   LakeFile.bytes, LakeFile.status, LakeFile.hidden,
+                   LakeFile.schema_version).where(LakeFile.status.in_(VISIBLE))
+        if tables is not None:
+            q = q.where(LakeFile.table_name.in_(list(tables)))
+        rows: dict[int, CommittedFile] = {}
+        with self.session() as s:
+            for chunk in chunks(sorted(set(partitions))):
+                cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
+                rows.update((r[0], CommittedFile(*r)) for r in s.execute(q.where(or_(*cond))))
+            if unpartitioned:
+                rows.update((r[0], CommittedFile(*r)) for r in s.execute(q.where(LakeFile.job.is_(None))))
+        return [rows[i] for i in sorted(rows)]
+
     def paths(self, table: str, partition: tuple[str, int] | None = None) -> list[str]:
         """Where to read the committed Parquet files of one table (of one job
         and attempt, if ``partition`` is given), relative to the lake."""

@@ -153,6 +153,21 @@ class Lake:
         os.replace(tmp, path)
         return len(blob)
 
+    def raw_bytes(self) -> int:
+        """The bytes the raw copies take on disk (their sizes, read from the folder: the catalog records the
+        dumps' own sizes)."""
+        total = 0
+        top = self.root / RAW_DIR
+        if not top.is_dir():
+            return 0
+        with os.scandir(top) as shards:
+            for shard in shards:
+                if shard.is_dir(follow_symlinks=False):
+                    with os.scandir(shard.path) as files:
+                        total += sum(f.stat(follow_symlinks=False).st_size for f in files
+                                     if f.is_file(follow_symlinks=False))
+        return total
+
     def read_raw(self, sha256: str) -> bytes:
         path = self.raw_path(sha256)
         try:

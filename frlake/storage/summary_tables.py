@@ -20,7 +20,7 @@ attempt loses its summary files with the rest of its files.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -115,6 +115,62 @@ class SummaryWriter:
         finally:
             for s in staged:
                 s.staged.unlink(missing_ok=True)
+
+    def store_many(self, items: Sequence[tuple[Diagnosis, int, AttemptSummary | None]]) -> list[bool]:
+        """:meth:`store` of several attempts at once: their files staged, then under the write lock one
+        publication and one catalog transaction for all of them (a batch of small attempts costs what its
+        rows cost, not a lock, a publication and a transaction each). Whether each was stored: when the
+        catalog holds a newer diagnosis of one of them, or one is gone, none is stored in that transaction
+        and each is stored on its own instead (:meth:`store`)."""
+        plain = [i for i, (_, _, summary) in enumerate(items)
+                 if summary is None or not (summary.had_rows or any(t.num_rows for t in summary.tables.values()))]
+        stored = [False] * len(items)
+        if plain:
+            for i, ok in zip(plain, self.catalog.diagnoses.save_many([items[i][:2] for i in plain]), strict=True):
+                stored[i] = ok
+        published = [i for i in range(len(items)) if i not in set(plain)]
+        if not published:
+            return stored
+        run_lake = self._run()
+        staged, owner = [], []  # the staged files, and the item each belongs to
+        try:
+            for i in published:
+                diag, _, summary = items[i]
+                for name, table in sorted(summary.tables.items()):
+                    if table.num_rows:
+                        path, size = run_lake.stage_table(table)
+                        self._files += 1
+                        rel = self.lake.part_path(name, new_part_name(self.run_id, self._files), diag.job, diag.attempt)
+                        staged.append(Staged(path, LakeFileSpec(name, rel, diag.job, diag.attempt, table.num_rows, size)))
+                        owner.append(i)
+            with self.lake.write_lock(self.lock_timeout_s):
+                if not self._recovered:
+                    recover(self.lake, self.catalog)
+                    self._recovered = True
+                keys = [(items[i][0].job, items[i][0].attempt) for i in published]
+                old = LakeFiles(self.catalog).committed_in(keys, SUMMARY_TABLES)  # under the lock, as in store
+
+                def commit(ids: list[int]) -> None:
+                    def also(s, saved: list[bool]) -> None:
+                        if not all(saved):
+                            raise _Superseded
+                        switch(s, ids, old)
+
+                    self.catalog.diagnoses.save_many([items[i][:2] for i in published], also=also)
+
+                try:
+                    publish(self.lake, self.catalog, self.run_id, staged, commit)
+                except _Superseded:
+                    superseded = True
+                else:
+                    superseded = False
+                    sweep(self.lake, self.catalog, self.grace_s)
+        finally:
+            for s in staged:
+                s.staged.unlink(missing_ok=True)
+        for i in published:
+            stored[i] = self.store(*items[i]) if superseded else True
+        return stored
 
     def _committed(self, key: tuple[str, int]) -> list[CommittedFile]:
         records = LakeFiles(self.catalog)

@@ -4,15 +4,15 @@ every attempt's diagnosis due, so the next ingest (or ``frlake rediagnose``) wri
 diagnosed before it existed. The downgrade forgets its files' records (an older frlake knows no such
 table; the files stay on disk, unread).
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-03
 """
 
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 # What reverting this migration throws away (``frlake db downgrade`` asks first).
