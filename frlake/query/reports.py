@@ -220,7 +220,7 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature", "cause"),
-           "hangs.html", "Hangs", empty="no hang or mismatch in this window"),
+           "hangs.html", "Hangs", views=(*REPORT_VIEWS, "attempt_hosts"), empty="no hang or mismatch in this window"),
     Report("causes", CAUSES, "Host or code?", "Was this incident the host or the code (a judgement from history)?",
            ("job", "attempt", "verdict", "call", "confidence", "culprit_host", "culprit_rank", "host_incidents",
             "host_attempts", "stall_incidents", "stall_hosts"), "causes.html", "Causes",
