@@ -252,7 +252,7 @@ CAUSES = f"""
     WHERE i.verdict <> 'healthy'
     ORDER BY att.started_ns DESC NULLS LAST, i.job, i.attempt
 """
-CAUSE_VIEWS = ("attempts", "culprits", "incidents")  # the catalog views it reads (and the lake's dumps)
+CAUSE_VIEWS = ("attempts", "culprits", "incidents", "attempt_hosts")  # the catalog views it (and drain) reads
 
 
 def _n(value: object) -> int:
