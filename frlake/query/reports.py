@@ -222,7 +222,7 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature", "cause"),
            "hangs.html", "Hangs", views=(*REPORT_VIEWS, "attempt_hosts"), empty="no hang or mismatch in this window"),
     Report("causes", CAUSES, "Host or code?", "Was this incident the host or the code (a judgement from history)?",
-           ("job", "attempt", "verdict", "call", "confidence", "culprit_host", "culprit_rank", "host_incidents",
+           ("job", "attempt", "verdict", "call", "culprit_host", "confidence", "culprit_rank", "host_incidents",
             "host_attempts", "stall_incidents", "stall_hosts"), "causes.html", "Causes",
            views=CAUSE_VIEWS, finish=cause_finish, empty="no attempt stopped or straggled in this window"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
