@@ -66,6 +66,7 @@ from frlake.session import Frlake  # noqa: E402
 
 REPORTS = tuple(REGISTRY)  # every fleet report, the new ones included
 NEW_VIEWS = ("collectives_attempt_missing", "collectives_week_missing", "entries_at_hang", "entries_all")
+PROBE_FROM = 10_000_000  # the probe attempt is of the history's first 10M entries: the same in every lake
 HANG_WINDOW = 10  # sequence ids shown up to the hung one (`frlake entries --seq`)
 FRLAKE = str(Path(sys.executable).parent / "frlake")
 LIMITS = QueryLimits(timeout_s=1800, max_rows=1_000_000)
@@ -233,7 +234,8 @@ def _log_timing(name: str, t: dict, extra: str = "") -> None:
     log(f"  {name:20s} best {t['best_s']:.3f} s  median {t['median_s']:.3f} s{cli}  {t['rows']} rows{extra}")
 
 
-def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, now: datetime) -> dict:
+def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, now: datetime,
+            quick: bool = False) -> dict:
     res: dict = {}
     # what is in the lake
     with Frlake(settings, must_exist=True) as fl:
@@ -272,6 +274,8 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
     week_start, week_end = (datetime.fromisoformat(w).replace(tzinfo=UTC).timestamp() * 1e9 for w in WEEK)
     coll = {"collectives_attempt_missing": SQL_COLL_ATTEMPT.format(job=probe.job, attempt=probe.attempt),
             "collectives_week_missing": SQL_COLL_WEEK}
+    if quick:
+        del coll["collectives_week_missing"]
     for name, sql in coll.items():
         # the fleet-wide query aggregates every entry: one cold run is its figure (minutes at 100M)
         fleet = name == "collectives_week_missing"
@@ -317,7 +321,7 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
     flts = {"entries_at_hang": EntryFilter(pgs=(hang[0],), seq_from=max(0, hang[2] - HANG_WINDOW + 1), seq_to=hang[2])
             if at_hang else EntryFilter(seq_from=0, seq_to=HANG_WINDOW - 1),  # no hang in the lake yet
             "entries_all": EntryFilter()}
-    for name, flt in flts.items():
+    for name, flt in ({} if quick else flts).items():
         t = timed(settings, lambda fl: entries_view(fl, probe.job, probe.attempt, flt), repeat)
         view = t.pop("result")
         t["rows"] = len(view["collectives"])
@@ -340,6 +344,8 @@ def measure(settings: Settings, repeat: int, probe, truth: dict, plans: list, no
 
     queries = {"adhoc_week_ops": SQL_WEEK, "adhoc_last_per_rank": SQL_LAST.format(job=probe.job, attempt=probe.attempt),
                "count_entries": SQL_COUNT}
+    if quick:
+        queries = {"count_entries": SQL_COUNT}
     for name, sql in queries.items():
         t = timed(settings, lambda fl: fl.query(sql, LIMITS), repeat)
         r = t.pop("result")
@@ -381,13 +387,49 @@ def main() -> None:
     ap.add_argument("--plan-entries", type=float, default=None,
                     help="plan the history for this many entries (default: the largest size), so that "
                          "--sizes 10e6 --plan-entries 100e6 builds the same 10M lake as a run to 100M")
+    ap.add_argument("--weeks", type=int, default=104, help="the history's window (104: two years)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the lake of the largest size, keep it in --workdir, and time nothing")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the lake already in --workdir (built by --build-only or --keep with the same "
+                         "--sizes, --plan-entries, --batch-entries, --seed, --entries and --weeks) without rebuilding")
+    ap.add_argument("--quick", action="store_true",
+                    help="time connect, the reports, the collectives of one attempt and count(*) only")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="write --out from the sizes of earlier runs' JSON files (e.g. one --reuse run per "
+                         "size), with the ratios and floors, and time nothing")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on building the lake in --workdir where an interrupted --build-only run left it "
+                         "(the batches whose attempts the lake holds are skipped; same settings)")
     args = ap.parse_args()
+    if args.merge:
+        runs = [json.loads(Path(f).read_text()) for f in args.merge]
+        results = {"machine": [r["machine"] for r in runs], "settings": [r["settings"] for r in runs],
+                   "sizes": {k: v for r in runs for k, v in r["sizes"].items()}, "merged_from": args.merge}
+        results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
+        finish(results, args.out)
+        return
 
     sizes = sorted(int(s) for s in args.sizes)
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    build = {k: getattr(args, k) for k in ("seed", "entries", "weeks", "batch_entries", "plan_entries")}
+    build["sizes"] = sizes
+    if args.reuse:
+        if len(sizes) != 1:
+            sys.exit("--reuse times one lake: give one size")
+        made = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else None
+        if made is None or {k: made.get(k) for k in build if k != "sizes"} != {k: build[k] for k in build if k != "sizes"} \
+                or sizes[0] not in made["sizes"]:
+            sys.exit(f"--reuse: {work} holds no lake built with these settings ({made} vs {build})")
+    elif not args.resume:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
     dumps, settings = work / "dumps", Settings.resolve(work / "lake")
+    held: set = set()
+    if args.resume:  # the attempts of the batches the interrupted run ingested in full
+        shutil.rmtree(dumps, ignore_errors=True)
+        with Frlake(settings, must_exist=True) as fl:
+            held = set(fl.catalog.attempts.keys())
 
     # disk: ~50 bytes per entry in the lake (Parquet + zstd raw), ~230 per entry of pickles in a batch
     need = 60 * sizes[-1] + 240 * args.batch_entries
@@ -396,7 +438,8 @@ def main() -> None:
     if need > free - 5e9:
         sys.exit(f"not enough disk under {work}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed")
 
-    hist = plan_history(target_entries=int(args.plan_entries or sizes[-1]), seed=args.seed, entries=args.entries)
+    hist = plan_history(target_entries=int(args.plan_entries or sizes[-1]), seed=args.seed, entries=args.entries,
+                        weeks=args.weeks)
     by_job: dict[str, list] = {}
     for a in hist.attempts:
         by_job.setdefault(a.job, []).append(a)
@@ -428,6 +471,10 @@ def main() -> None:
                     and hist.entries(done + batch) < size:
                 batch += by_job[order[i]]
                 i += 1
+            if args.reuse or (held and {(a.job, a.attempt) for a in batch} <= held):
+                # the lake holds them already: replay the batches without writing them
+                done += batch
+                continue
             t = time.perf_counter()
             write_attempts(dumps, hist, batch)
             t_gen = time.perf_counter() - t
@@ -449,24 +496,47 @@ def main() -> None:
             log(f"batch {len(results['batches'])}: {len(batch)} attempts, {n:,} entries: generate {t_gen:.1f} s, "
                 f"ingest {t_ing:.1f} s ({n / t_ing:,.0f}/s); lake {hist.entries(done):,} entries, "
                 f"elapsed {time.perf_counter() - started:.0f} s")
-        if probe is None:  # one big hung attempt, the same at every size
-            big = max(done, key=lambda a: (a.fault == "missing_last", a.world, -done.index(a)))
-            probe = big
+        if probe is None:  # one big hung attempt, the same at every size: of the first PROBE_FROM entries
+            first, n = [], 0
+            for a in done:
+                if n >= PROBE_FROM:
+                    break
+                first.append(a)
+                n += a.world * hist.entries_per_rank
+            probe = max(first, key=lambda a: (a.fault == "missing_last", a.world, -first.index(a)))
+        if args.build_only:
+            continue
         log(f"size {size:,}: measuring")
-        res = measure(settings, args.repeat, probe, truth_summary(hist, done), done, now)
+        res = measure(settings, args.repeat, probe, truth_summary(hist, done), done, now, args.quick)
         res.update(target=size, planned_entries=hist.entries(done), drain_now=now.isoformat(),
                    probe_attempt={"job": probe.job, "attempt": probe.attempt, "world": probe.world,
                                   "fault": probe.fault, "culprit": probe.culprit, "culprit_host": probe.culprit_host},
                    generate_s_total=round(gen_s, 1), ingest_s_total=round(ingest_s, 1),
-                   ingest_entries_per_s=round(hist.entries(done) / ingest_s), peak_work_bytes=peak_disk,
+                   ingest_entries_per_s=round(hist.entries(done) / ingest_s) if ingest_s else None, peak_work_bytes=peak_disk,
                    truth=truth_summary(hist, done), diagnosis=diagnosis_accuracy(settings, done),
                    loadavg=[round(x, 2) for x in os.getloadavg()])
         results["sizes"][str(size)] = res
         _write(args.out, results)
     results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    if args.build_only:
+        (work / "build.json").write_text(json.dumps(build) + "\n")
+        log(f"built {settings.lake}: {hist.entries(done):,} entries, generate {gen_s:.0f} s, ingest {ingest_s:.0f} s")
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        _write(args.out, results)
+        return
 
-    # ratios between the largest and the smallest size, and the floors
-    keys = ["connect", *REPORTS, *NEW_VIEWS, "adhoc_week_ops", "adhoc_last_per_rank", "count_entries"]
+    finish(results, args.out)
+    if args.keep and not args.reuse:
+        (work / "build.json").write_text(json.dumps(build) + "\n")
+    if not args.keep and not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def finish(results: dict, out: str) -> None:
+    """The ratios between the largest and the smallest size, the floors; written to ``out`` and printed."""
+    sizes = [int(k) for k in results["sizes"]]
+    every = ["connect", *REPORTS, *NEW_VIEWS, "adhoc_week_ops", "adhoc_last_per_rank", "count_entries"]
+    keys = [k for k in every if all(k in r for r in results["sizes"].values())]
     if len(sizes) > 1:
         lo, hi = results["sizes"][str(sizes[0])], results["sizes"][str(sizes[-1])]
         def ratio(k: str, stat: str) -> float | None:
@@ -476,7 +546,14 @@ def main() -> None:
                              **{k: ratio(k, "best_s") for k in keys},
                              **{f"{k}_median": ratio(k, "median_s") for k in keys}}
     ten = results["sizes"].get(str(10_000_000))
+    big = results["sizes"].get(str(max(sizes))) if max(sizes) > 10_000_000 else None
+    floor_keys = [*REPORTS, "collectives_attempt_missing"]
     results["floors"] = {
+        "largest_size": max(sizes),
+        "each_report_and_collectives_under_1s_at_largest": None if big is None else
+        {k: big[k]["best_s"] < 1 for k in floor_keys},
+        "each_report_and_collectives_median_under_1s_at_largest": None if big is None else
+        {k: big[k]["median_s"] < 1 for k in floor_keys},
         "each_report_under_2s_at_10M": None if ten is None else all(ten[r]["best_s"] < 2 for r in REPORTS),
         "each_report_median_under_2s_at_10M": None if ten is None else all(ten[r]["median_s"] < 2 for r in REPORTS),
         "no_faster_than_linear": None if "ratios" not in results else
@@ -485,10 +562,8 @@ def main() -> None:
         "worse_than_linear": None if "ratios" not in results else
         [k for k in keys if (results["ratios"][k] or 1e9) > results["ratios"]["entries"]],
     }
-    _write(args.out, results)
+    _write(out, results)
     _print(results, keys)
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _write(path: str, results: dict) -> None:
@@ -507,7 +582,7 @@ def _print(results: dict, keys: list[str]) -> None:
     rows = [("entries", lambda r: f"{r['entries']:,}"), ("jobs / attempts", lambda r: f"{r['jobs']} / {r['attempts']}"),
             ("dumps", lambda r: f"{r['dumps']:,}"), ("lake GB", lambda r: f"{r['lake_bytes']['all'] / 1e9:.2f}"),
             ("ingest s (cumulative)", lambda r: f"{r['ingest_s_total']:.0f}"),
-            ("ingest entries/s", lambda r: f"{r['ingest_entries_per_s']:,}")]
+            ("ingest entries/s", lambda r: f"{r['ingest_entries_per_s'] or 0:,}")]
     for label, fn in rows:
         print(f"{label:28s}" + "".join(f"{fn(results['sizes'][s]):>18s}" for s in sizes)
               + (f"{results['ratios']['entries']:>8.2f}" if label == "entries" and "ratios" in results else ""))
@@ -529,8 +604,8 @@ def _print(results: dict, keys: list[str]) -> None:
               f"ordinary hosts listed {c['drain_ordinary_hosts_listed']}; slow-links: slow {c['slow_links_verdict_slow']} "
               f"(not stragglers: {c['slow_links_slow_hosts_not_stragglers']}); hangs: {c['hangs_groups']} groups")
         print(f"  collectives of {r['probe_attempt']['job']}#{r['probe_attempt']['attempt']}: "
-              f"{r['collectives_attempt_missing'].get('check')}; week: {r['collectives_week_missing'].get('check')}; "
-              f"entries at the hang: {r['entries_at_hang']['check']}")
+              f"{r['collectives_attempt_missing'].get('check')}; week: {r.get('collectives_week_missing', {}).get('check')}; "
+              f"entries at the hang: {r.get('entries_at_hang', {}).get('check')}")
     print("floors:", results["floors"])
 
 

@@ -233,6 +233,31 @@ WATCHDOG_LAGS = pa.schema(
         ("watchdog_lag_ms", pa.float64()),  # median of (discovered completed - discovered started) - duration_ms
     ]
 )
+# One row per host of an attempt with timed, completed collective entries: its whole share of the slow-links
+# report, so that the report reads one small row per host and attempt (frlake.query.links), not a row per
+# collective. The median of a host's slowdowns over many attempts is exact from its bins (see SLOW_LINKS).
+SLOWDOWN_BIN = pa.struct([
+    ("slowdown", pa.float64()),  # round(slowdown, 3): every slowdown of the bin rounds to it
+    ("collectives", pa.int64()),  # how many of the host's collectives have it
+    ("low", pa.float64()),  # the smallest and the largest slowdown of the bin, exact
+    ("high", pa.float64()),
+])
+HOST_COLLECTIVE = pa.struct([
+    ("pg_desc", pa.string()),
+    ("op", pa.string()),
+    ("collectives", pa.int64()),
+    ("slowdown", pa.float64()),  # the median slowdown of the host's collectives of this pg_desc and op
+])
+HOST_LINKS = pa.schema(
+    [
+        ("host", pa.string()),
+        ("collectives", pa.int64()),  # collective instances of its groups that had sibling groups to compare
+        ("slow_collectives", pa.int64()),  # ... of which at least 1.5 times their siblings' median
+        ("watchdog_lag_ms", pa.float64()),  # as watchdog_lags
+        ("slowdowns", pa.list_(SLOWDOWN_BIN)),  # the slowdowns of those collectives, in bins, by slowdown
+        ("by_collective", pa.list_(HOST_COLLECTIVE)),  # by pg_desc and op
+    ]
+)
 
 # The schema version of each table's files (1 where it never changed). The catalog records the version of
 # every file it commits (lake_files.schema_version); a file keeps the columns of its version, and frlake's
@@ -270,13 +295,14 @@ TABLES: dict[str, pa.Schema] = {
     "live_stacks": LIVE_STACKS,
     "collective_durations": COLLECTIVE_DURATIONS,
     "watchdog_lags": WATCHDOG_LAGS,
+    "host_links": HOST_LINKS,
 }
 
 PARTITIONED = ("dumps", "entries", "groups", "group_runs", "pg_status", "snapshots", "health", "live_stacks",
-               "collective_durations", "watchdog_lags")
+               "collective_durations", "watchdog_lags", "host_links")
 # Written with each diagnosis and replaced whole by the next (not by ingest; a forget retires them and the
 # attempt's new diagnosis writes them again).
-SUMMARY_TABLES = ("collective_durations", "watchdog_lags")
+SUMMARY_TABLES = ("collective_durations", "watchdog_lags", "host_links")
 
 
 # Progress between the snapshots of each rank (the derived view ``rank_progress``, docs/schema.md):

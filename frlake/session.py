@@ -249,17 +249,21 @@ class Frlake:
 
         return host_history(con or self.views(), self.catalog, host)
 
-    def sandbox(self, limits=None):
-        """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it)."""
+    def sandbox(self, limits=None, *, partition: tuple[str, int] | None = None):
+        """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it); ``partition``: its
+        lake views see that attempt's files only."""
         from frlake.query.connect import open_sandbox
         from frlake.query.sandbox import QueryLimits
 
-        return open_sandbox(self.catalog, self.lake, limits or QueryLimits())
+        return open_sandbox(self.catalog, self.lake, limits or QueryLimits(), partition=partition)
 
     def query(self, sql: str, limits=None):
         """Run one untrusted, read-only statement with limits (time, memory,
-        rows, bytes); a :class:`~frlake.query.QueryResult`."""
-        with self.sandbox(limits) as sandbox:
+        rows, bytes); a :class:`~frlake.query.QueryResult`. A statement that reads one attempt of one
+        view (:func:`~frlake.query.connect.one_attempt`) reads that attempt's files only."""
+        from frlake.query.connect import one_attempt
+
+        with self.sandbox(limits, partition=one_attempt(sql)) as sandbox:
             return sandbox.run(sql)
 
     # -- ingest -----------------------------------------------------------------

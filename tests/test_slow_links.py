@@ -130,13 +130,13 @@ def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it
     stored, fresh = _stored_and_fresh(settings, *key)
     assert stored == fresh and {r[0] for r in stored["collective_durations"]} == {"0", "1", "2"}
     assert {r[0] for r in stored["watchdog_lags"]} == {"h0", "h1", "h2", "h3"}
-    assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1}
+    assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1, "host_links": 1}
 
     with Frlake(settings) as fl:
         fl.ingest([rest])
     stored, fresh = _stored_and_fresh(settings, *key)
     assert stored == fresh and {r[0] for r in stored["collective_durations"]} == {"0", "1", "2", "3", "4"}
-    assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1}  # replaced, not added
+    assert _summary_files(settings, key) == {"collective_durations": 1, "watchdog_lags": 1, "host_links": 1}  # replaced, not added
     slowdown = {r[0]: r[-1] for r in stored["collective_durations"] if r[1] == "dp" and r[2] == 1}
     assert slowdown["2"] > 2.5 and max(slowdown["1"], slowdown["3"], slowdown["4"]) < 1.2  # h3 is in dp group 2
 
@@ -149,7 +149,7 @@ def test_the_summary_is_rewritten_when_the_attempt_changes_and_forgotten_with_it
     with Frlake(settings) as fl:
         fl.forget(job="job-z")
         assert fl.report("slow-links") == []
-    assert _summary_files(settings, key) == {"collective_durations": 0, "watchdog_lags": 0}
+    assert _summary_files(settings, key) == {"collective_durations": 0, "watchdog_lags": 0, "host_links": 0}
     with Frlake(settings) as fl:
         fl.compact(options=CompactOptions(retire_grace_s=0))  # a writer that sweeps the retired files
     assert_lake_is_clean(settings)
@@ -239,5 +239,5 @@ def test_a_diagnosis_keeps_the_summaries_of_its_revision_and_rediagnose_writes_t
     with Frlake(settings) as fl:
         fl.rediagnose("job-x")
     again, (stored_again, fresh) = files(), _stored_and_fresh(settings, *key)
-    assert len(again) == 2 and not set(again) & set(before)
+    assert len(again) == len(SUMMARY_TABLES) and not set(again) & set(before)
     assert stored_again == stored == fresh

@@ -16,8 +16,9 @@ TABLE_ROWS = 40  # rows a terminal table shows (the first and last ones), as Duc
 # neither DuckDB nor the views' SQL; tests/test_docs.py checks them against the code that makes the views.
 VIEW_NAMES = {
     "lake tables": ("dumps", "entries", "groups", "group_runs", "pg_status", "stacks", "snapshots", "health",
-                    "live_stacks", "collective_durations", "watchdog_lags"),
-    "catalog views": ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats"),
+                    "live_stacks", "collective_durations", "watchdog_lags", "host_links"),
+    "catalog views": ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats",
+                      "attempt_hosts"),
     "derived views": ("hosts", "dump_conflicts", "collectives", "rank_progress"),
 }
 

@@ -92,9 +92,20 @@ def _rank_stats() -> Select:
         Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
 
 
+def _attempt_hosts() -> Select:
+    """One row per host of an attempt (the hosts of its dumps): what the fleet reports need of the dumps,
+    read from the catalog in one query (the lake's ``dumps`` is a file per attempt)."""
+    return select(
+        Job.name.label("job"), Attempt.number.label("attempt"), Dump.host,
+        func.count(func.distinct(Dump.rank)).cast(BigInteger).label("ranks"),
+        func.min(Dump.rank).label("first_rank"), Attempt.started_ns,
+    ).join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id).group_by(
+        Job.name, Attempt.number, Dump.host, Attempt.started_ns)
+
+
 CATALOG_VIEWS: dict[str, Callable[[], Select]] = {
     "jobs": _jobs, "attempts": _attempts, "files": _files, "ingest_runs": _ingest_runs,
-    "incidents": _incidents, "culprits": _culprits, "rank_stats": _rank_stats,
+    "incidents": _incidents, "culprits": _culprits, "rank_stats": _rank_stats, "attempt_hosts": _attempt_hosts,
 }
 
 

@@ -1,7 +1,7 @@
 """Host or code? A call for every incident, judged from the history before it.
 
 For an attempt that stopped or straggled, two records are read from the
-stored diagnoses (``culprits``, ``attempts``) and the ``dumps`` table, never
+stored diagnoses (``culprits``, ``attempts``) and the hosts of each attempt (``attempt_hosts``), never
 the entries:
 
 - **host**: the culprit host's record before this incident: in how many of
@@ -92,7 +92,7 @@ CAUSE_CTES = f"""
       WHERE c.position = 0
     ),
     cz_used AS (  -- each host in each attempt it ran
-      SELECT DISTINCT host, job, attempt FROM dumps
+      SELECT host, job, attempt FROM attempt_hosts
       UNION
       SELECT DISTINCT host, job, attempt FROM culprits WHERE host IS NOT NULL
     ),
@@ -252,7 +252,7 @@ CAUSES = f"""
     WHERE i.verdict <> 'healthy'
     ORDER BY att.started_ns DESC NULLS LAST, i.job, i.attempt
 """
-CAUSE_VIEWS = ("attempts", "culprits", "incidents")  # the catalog views it reads (and the lake's dumps)
+CAUSE_VIEWS = ("attempts", "culprits", "incidents", "attempt_hosts")  # the catalog views it reads
 
 
 def _n(value: object) -> int:

@@ -13,6 +13,7 @@ import duckdb
 from frlake.catalog.store import Catalog
 from frlake.query.sandbox import QueryLimits, QueryResult, Sandbox, lock_down
 from frlake.query.views import create_views
+from frlake.schema import PARTITIONED
 from frlake.storage.lake import Lake
 
 
@@ -29,13 +30,71 @@ def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None
     return con
 
 
-def open_sandbox(catalog: Catalog, lake: Lake, limits: QueryLimits = QueryLimits()) -> Sandbox:
+def open_sandbox(catalog: Catalog, lake: Lake, limits: QueryLimits = QueryLimits(),
+                 partition: tuple[str, int] | None = None) -> Sandbox:
     """A ``Sandbox`` for untrusted SQL over every view (close it when done):
     it opens no file (the lake's tables are read through Arrow datasets), has
-    no extensions, a memory limit, and runs each query on its own cursor."""
-    con, sources = _open(catalog, lake, None, None, sealed=True)
+    no extensions, a memory limit, and runs each query on its own cursor.
+    ``partition`` (job, attempt): the lake's views hold that attempt's files
+    only (what :func:`one_attempt` finds a statement needs)."""
+    con, sources = _open(catalog, lake, None, partition, sealed=True)
     lock_down(con, limits)
     return Sandbox(con, sources, limits)
+
+
+# The views whose rows of one attempt are made of that attempt's files alone: the lake's partitioned tables
+# and the derived views computed per attempt (per attempt and rank).
+PER_ATTEMPT = frozenset(PARTITIONED) | {"collectives", "rank_progress", "dump_conflicts"}
+
+
+def one_attempt(sql: str) -> tuple[str, int] | None:
+    """(job, attempt) when ``sql`` is one SELECT that reads one view of
+    ``PER_ATTEMPT`` (no CTE, no subquery, no other table) and whose WHERE
+    requires ``job = '<text>' AND attempt = <integer>``: the statement then
+    gives the same rows over that attempt's files alone, and costs what the
+    attempt costs, however long the history. Else None (every file)."""
+    import json
+
+    con = duckdb.connect(":memory:")
+    try:
+        text = con.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchone()[0]
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    tree = json.loads(text)
+    if tree.get("error") or len(tree.get("statements", ())) != 1:
+        return None
+    if text.count('"BASE_TABLE"') != 1 or '"SUBQUERY"' in text or '"TABLE_FUNCTION"' in text:
+        return None
+    node = tree["statements"][0]["node"]
+    source = node.get("from_table") or {}
+    if (node.get("type") != "SELECT_NODE" or node.get("cte_map", {}).get("map") or source.get("type") != "BASE_TABLE"
+            or source.get("schema_name") or source.get("catalog_name")
+            or source.get("table_name", "").lower() not in PER_ATTEMPT):
+        return None
+    wanted: dict[str, object] = {}
+    conjuncts = [node.get("where_clause")]
+    while conjuncts:
+        c = conjuncts.pop()
+        if not c:
+            continue
+        if c.get("type") == "CONJUNCTION_AND":
+            conjuncts.extend(c.get("children", ()))
+            continue
+        if c.get("type") != "COMPARE_EQUAL":
+            continue
+        for column, constant in ((c.get("left"), c.get("right")), (c.get("right"), c.get("left"))):
+            if (column or {}).get("class") != "COLUMN_REF" or (constant or {}).get("type") != "VALUE_CONSTANT":
+                continue
+            name, literal = column["column_names"][-1].lower(), constant.get("literal", {})
+            if name == "job" and literal.get("kind") == "STRING":
+                wanted.setdefault("job", set()).add(literal.get("text"))
+            elif name == "attempt" and literal.get("kind") in ("INTEGER", "BIGINT"):
+                wanted.setdefault("attempt", set()).add(int(literal.get("text")))
+    if len(wanted.get("job", ())) != 1 or len(wanted.get("attempt", ())) != 1:
+        return None
+    return next(iter(wanted["job"])), next(iter(wanted["attempt"]))
 
 
 def _open(catalog: Catalog, lake: Lake, catalog_views, partition, sealed: bool,
@@ -50,4 +109,4 @@ def _open(catalog: Catalog, lake: Lake, catalog_views, partition, sealed: bool,
     return con, sources
 
 
-__all__ = ["QueryLimits", "QueryResult", "Sandbox", "connect", "open_sandbox"]
+__all__ = ["QueryLimits", "QueryResult", "Sandbox", "connect", "one_attempt", "open_sandbox"]

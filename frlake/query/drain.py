@@ -72,7 +72,7 @@ _INCIDENTS = f"""
     ), blamed AS (
       SELECT job, attempt, count(DISTINCT host) AS n_hosts FROM roots GROUP BY ALL
     ), base AS (  -- the lowest rank of each host in the attempt: local rank = rank - base (ranks per host are blocks)
-      SELECT job, attempt, host, min(rank) AS base FROM dumps GROUP BY ALL
+      SELECT job, attempt, host, first_rank AS base FROM attempt_hosts
     )
     SELECT r.host, r.job, r.attempt, r.rank, r.rank - b.base AS local_rank, r.reason, r.verdict, r.started_ns,
            bl.n_hosts, r.inferred
@@ -86,7 +86,7 @@ _USAGE = """
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
     )
-    SELECT DISTINCT d.host, d.job, d.attempt, att.started_ns FROM dumps d JOIN att USING (job, attempt)
+    SELECT h.host, h.job, h.attempt, att.started_ns FROM attempt_hosts h JOIN att USING (job, attempt)
 """
 
 

@@ -17,9 +17,10 @@ times, not the measured duration, so it is never taken for a slow link.
 Everything up to a host's share of each collective is per attempt, so it is
 computed once, when the attempt is diagnosed, from the entries the diagnosis
 read (:func:`summary_tables`, stored by frlake.storage.summary_tables in the tables
-``collective_durations`` and ``watchdog_lags``), and the report reads those
-rows, not the entries. A
-host's watchdog lag is the median of its per-attempt medians.
+``collective_durations`` and ``watchdog_lags``, and from those two one row per
+host, ``host_links``), and the report reads ``host_links`` only: one row per
+host and attempt, however many collectives they ran. A host's watchdog lag is
+the median of its per-attempt medians.
 """
 
 from __future__ import annotations
@@ -83,6 +84,33 @@ WATCHDOG_LAGS = _TIMED + """
 
 SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATCHDOG_LAGS}
 
+# The table ``host_links``, from the attempt's two tables above (_cd, _wl): per host, what the report takes of
+# the attempt. Its collectives: every collective instance of its groups that had sibling groups, with the
+# slowdown of that instance; their slowdowns go in bins of the same round(slowdown, 3), each with its
+# smallest and largest slowdown, from which the report finds the exact (rounded) median over any attempts.
+HOST_LINKS = f"""
+    WITH h AS (
+      SELECT unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd WHERE n_groups >= 2 AND slowdown IS NOT NULL
+    ), per AS (
+      SELECT host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
+      FROM h GROUP BY host
+    ), bins AS (
+      SELECT host, list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
+      FROM (SELECT host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi FROM h GROUP BY ALL)
+      GROUP BY host
+    ), ev AS (
+      SELECT host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
+                        ORDER BY pg_desc, op) AS by_collective
+      FROM (SELECT host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL) GROUP BY host
+    ), hosts AS (SELECT host FROM _wl UNION SELECT host FROM per)
+    SELECT hosts.host, coalesce(per.collectives, 0) AS collectives,
+           coalesce(per.slow_collectives, 0) AS slow_collectives, _wl.watchdog_lag_ms,
+           coalesce(bins.slowdowns, []) AS slowdowns, coalesce(ev.by_collective, []) AS by_collective
+    FROM hosts LEFT JOIN _wl USING (host) LEFT JOIN per USING (host) LEFT JOIN bins USING (host)
+    LEFT JOIN ev USING (host)
+    ORDER BY hosts.host
+"""
+
 
 def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
     """One attempt's rows of the summary tables (frlake.schema.SUMMARY_TABLES),
@@ -99,6 +127,7 @@ def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None)
     for name, sql in SUMMARIES.items():
         table = con.sql(sql.format(**names), params={"hosts": hosts or []}).to_arrow_table()
         out[name] = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
+    out["host_links"] = host_links(con, out["collective_durations"], out["watchdog_lags"])
     return out
 
 
@@ -170,6 +199,8 @@ class BatchSummaries:
             for key in keys:
                 start, stop = rows.get(key, (0, 0))
                 out[key][name] = table.slice(start, stop - start)
+        for tables in out.values():  # from the attempt's two tables, as summary_tables makes it
+            tables["host_links"] = host_links(self.con, tables["collective_durations"], tables["watchdog_lags"])
         return out
 
 
@@ -182,6 +213,21 @@ def _runs(jobs: list, attempts: list) -> dict[tuple[str, int], tuple[int, int]]:
     return runs
 
 
+def host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table) -> pa.Table:
+    """One attempt's rows of ``host_links``, from its rows of ``collective_durations`` and
+    ``watchdog_lags`` (as stored: the same values the report read before host_links existed)."""
+    from frlake import schema
+
+    con.register("_cd", durations)
+    con.register("_wl", lags)
+    try:
+        table = con.sql(HOST_LINKS).to_arrow_table()
+    finally:
+        con.unregister("_cd")
+        con.unregister("_wl")
+    return table.select(schema.HOST_LINKS.names).cast(schema.HOST_LINKS)
+
+
 def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> bool:
     """Whether the connection's views hold summary rows of the attempt (files
     are never written empty, so: whether it has summary files to retire)."""
@@ -191,36 +237,56 @@ def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> boo
                for t in SUMMARY_TABLES)
 
 
-# The report, over the summary tables of the window's attempts (1/group size of the timed entries): each
-# host gets the slowdown of every collective instance of the groups it was in that had siblings. The
-# watchdog's lag of a host is the median of its per-attempt medians.
+# The report, over ``host_links`` of the window's attempts: one row per host and attempt. Each host gets the
+# slowdown of every collective instance of the groups it was in that had siblings: their median is exact
+# from the bins (each the slowdowns that round to one value, with the smallest and largest of them). The
+# two middle slowdowns of a host (0-based (n-1)/2 and n/2, rounded down) fall in the first bin whose running
+# count reaches n/2 (b1) and the first whose running count passes it (b2). In one bin, their mean rounds to
+# that bin's value; in two, the lower is the largest of b1 and the upper the smallest of b2, and the median is
+# their mean, as DuckDB's median interpolates it. The watchdog's lag of a host is the median of its per-attempt
+# medians.
 SLOW_LINKS = f"""
     WITH att AS (
       SELECT job, attempt, started_ns FROM attempts
       WHERE ($since::BIGINT IS NULL OR started_ns >= $since) AND ($until::BIGINT IS NULL OR started_ns < $until)
-    ), h AS (
-      SELECT unnest(c.hosts) AS host, c.job, c.attempt, c.pg_desc, c.op, c.slowdown AS ratio
-      FROM collective_durations c JOIN att USING (job, attempt)
-      WHERE c.n_groups >= 2 AND c.slowdown IS NOT NULL
+    ), l AS (
+      SELECT l.* FROM host_links l JOIN att USING (job, attempt)
+    ), b AS (
+      SELECT host, unnest(slowdowns) AS s FROM l WHERE collectives > 0
+    ), bins AS (
+      SELECT host, s.slowdown AS bin, sum(s.collectives) AS n, min(s.low) AS low, max(s.high) AS high
+      FROM b GROUP BY host, s.slowdown
+    ), run AS (
+      SELECT host, bin, low, high, sum(n) OVER (PARTITION BY host) AS total,
+             sum(n) OVER (PARTITION BY host ORDER BY bin ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto
+      FROM bins
+    ), mid AS (
+      SELECT host, min(bin) FILTER (WHERE 2 * upto >= total) AS b1, min(bin) FILTER (WHERE 2 * upto > total) AS b2
+      FROM run GROUP BY host
+    ), med AS (
+      SELECT mid.host, CASE WHEN mid.b1 = mid.b2 THEN mid.b1 ELSE r1.high + (r2.low - r1.high) * 0.5 END AS slowdown
+      FROM mid JOIN run r1 ON r1.host = mid.host AND r1.bin = mid.b1 JOIN run r2 ON r2.host = mid.host AND r2.bin = mid.b2
     ), per AS (
-      SELECT host, median(ratio) AS slowdown, count(*) AS collectives, count(DISTINCT (job, attempt)) AS attempts,
-             count(DISTINCT job) AS jobs, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
-      FROM h GROUP BY host
+      SELECT host, sum(collectives)::BIGINT AS collectives, count(*) AS attempts, count(DISTINCT job) AS jobs,
+             sum(slow_collectives)::BIGINT AS slow_collectives
+      FROM l WHERE collectives > 0 GROUP BY host
+    ), e AS (
+      SELECT host, job, attempt, unnest(by_collective) AS c FROM l WHERE collectives > 0
     ), ev AS (
-      SELECT host, list(struct_pack(job := job, attempt := attempt, pg_desc := pg_desc, op := op,
-                                    slowdown := round(r, 3), collectives := n) ORDER BY job, attempt, pg_desc, op) AS evidence
-      FROM (SELECT host, job, attempt, pg_desc, op, median(ratio) AS r, count(*) AS n FROM h GROUP BY ALL) GROUP BY host
+      SELECT host, list(struct_pack(job := job, attempt := attempt, pg_desc := c.pg_desc, op := c.op,
+                                    slowdown := round(c.slowdown, 3), collectives := c.collectives)
+                        ORDER BY job, attempt, c.pg_desc, c.op) AS evidence
+      FROM e GROUP BY host
     ), lag AS (
-      SELECT w.host, median(w.watchdog_lag_ms) AS watchdog_lag_ms
-      FROM watchdog_lags w JOIN att USING (job, attempt) GROUP BY w.host
+      SELECT host, median(watchdog_lag_ms) AS watchdog_lag_ms FROM l GROUP BY host
     )
-    SELECT per.host, round(per.slowdown, 3) AS slowdown,
+    SELECT per.host, round(med.slowdown, 3) AS slowdown,
            round((p + {Z}^2 / (2 * n) - {Z} * sqrt(p * (1 - p) / n + {Z}^2 / (4 * n * n))) / (1 + {Z}^2 / n), 4)
              AS confidence,
            per.slow_collectives, per.collectives, per.attempts, per.jobs,
            round(lag.watchdog_lag_ms, 3) AS watchdog_lag_ms, ev.evidence
     FROM (SELECT *, slow_collectives / collectives AS p, collectives::DOUBLE AS n FROM per) per
-    JOIN ev USING (host) LEFT JOIN lag USING (host)
+    JOIN med USING (host) JOIN ev USING (host) LEFT JOIN lag USING (host)
     ORDER BY confidence DESC, slowdown DESC, host
 """
 

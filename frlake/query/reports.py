@@ -1,9 +1,10 @@
 """Fleet reports over all history: flaky hosts, slow ranks, recurring hangs.
 
-They read the stored diagnoses (``incidents``, ``culprits``, ``rank_stats``)
-and the ``dumps`` table, never the entries, so their cost grows with the
-number of attempts, not with the number of entries. Every row carries its
-evidence: the jobs and attempts behind it.
+They read the stored diagnoses (``incidents``, ``culprits``, ``rank_stats``),
+the catalog's hosts of each attempt (``attempt_hosts``) and, for slow links,
+the summary table ``host_links``, never the entries, so their cost grows with
+the number of attempts, not with the number of entries. Every row carries
+its evidence: the jobs and attempts behind it.
 
 Each report is one SQL statement in DuckDB's dialect, held by its entry in
 ``REPORTS``: DuckDB runs it as written, and ``frlake.engines.transpile``
@@ -49,7 +50,7 @@ _ATTEMPTS = """
 FLAKY_HOSTS = f"""
     WITH {_ATTEMPTS},
     used AS (
-      SELECT DISTINCT d.host, d.job, d.attempt FROM dumps d JOIN att USING (job, attempt)
+      SELECT h.host, h.job, h.attempt FROM attempt_hosts h JOIN att USING (job, attempt)
       UNION
       SELECT DISTINCT c.host, c.job, c.attempt FROM culprits c JOIN att USING (job, attempt) WHERE c.host IS NOT NULL
     ),
@@ -213,20 +214,20 @@ def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = N
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", FLAKY_HOSTS, "Flaky hosts", "Which hosts should we drain?",
            ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts",
-           finish=_by_reason_dict, empty="no host took part in an attempt in this window"),
+           views=(*REPORT_VIEWS, "attempt_hosts"), finish=_by_reason_dict, empty="no host took part in an attempt in this window"),
     Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature", "cause"),
-           "hangs.html", "Hangs", empty="no hang or mismatch in this window"),
+           "hangs.html", "Hangs", views=(*REPORT_VIEWS, "attempt_hosts"), empty="no hang or mismatch in this window"),
     Report("causes", CAUSES, "Host or code?", "Was this incident the host or the code (a judgement from history)?",
-           ("job", "attempt", "verdict", "call", "confidence", "culprit_host", "culprit_rank", "host_incidents",
+           ("job", "attempt", "verdict", "call", "culprit_host", "confidence", "culprit_rank", "host_incidents",
             "host_attempts", "stall_incidents", "stall_hosts"), "causes.html", "Causes",
            views=CAUSE_VIEWS, finish=cause_finish, empty="no attempt stopped or straggled in this window"),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
-           views=("attempts", "culprits"), compute=_drain, portable=False,
+           views=("attempts", "culprits", "attempt_hosts"), compute=_drain, portable=False,
            empty="no host holds a root cause in this window"),
     Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",

@@ -129,23 +129,26 @@ def with_timestamps(name: str, source: str, columns: Iterable[str] = ()) -> str:
     return f"SELECT {', '.join(ordered) if ordered else '*'}{extra} FROM {source}"
 
 
-def _parquet(name: str, table_schema: pa.Schema, partitioned: bool, files: list[str], versions: list[int]) -> str:
+def _parquet(name: str, table_schema: pa.Schema, partitioned: bool, files: list[str], versions: list[int],
+             listing=None) -> str:
     """The files of a table as one relation in its current columns: the files of each schema version read
-    together, the columns a version lacks given as NULL."""
+    together, the columns a version lacks given as NULL. ``listing(version, files)``: the SQL of a list of
+    files (default: a list of string literals)."""
+    listing = listing or (lambda version, some: _listing(some))
     options = f"hive_partitioning = {str(partitioned).lower()}"
     if partitioned:
         options += f", hive_types = {_HIVE_TYPES}"
     if len(set(versions)) == 1 and not schema.columns_missing(name, versions[0]):
         # Every file holds frlake.schema's columns, so no union_by_name: it would make DuckDB read every
         # file's footer to build the view.
-        return f"read_parquet({_listing(files)}, {options})"
+        return f"read_parquet({listing(versions[0], files)}, {options})"
     parts = []
     for version in sorted(set(versions)):
-        listing = _listing([f for f, v in zip(files, versions, strict=True) if v == version])
+        some = listing(version, [f for f, v in zip(files, versions, strict=True) if v == version])
         missing = schema.columns_missing(name, version)
         columns = [f"NULL::{_DUCKDB_TYPES[table_schema.field(c).type]} AS {c}" if c in missing else c
                    for c in table_schema.names] + (_HIVE_COLUMNS if partitioned else [])
-        parts.append(f"SELECT {', '.join(columns)} FROM read_parquet({listing}, {options})")
+        parts.append(f"SELECT {', '.join(columns)} FROM read_parquet({some}, {options})")
     return "(" + " UNION ALL ".join(parts) + ")"
 
 
@@ -187,11 +190,13 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         committed = {}
         for f in files:
             committed.setdefault(f.table, []).append((f.readable, f.schema_version))
+    root = str(lake.root)
+    lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         versions = [v for _, v in committed.get(name, ())]
-        files = [str(lake.root / p) for p, _ in committed.get(name, ())]
+        files = [f"{root}/{p}" for p, _ in committed.get(name, ())]  # not Path: thousands of files
         if name in schema.SCHEMA_VERSIONS:  # the oldest schema of its files (a diagnosis reads the signatures
             oldest = min(versions, default=schema.schema_version(name))  # only when every file has them)
             con.execute(f"SET VARIABLE {schema.schema_variable(name)} = {oldest}")
@@ -206,7 +211,20 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
                                  partition_base_dir=str(lake.tables / name))
             source = register(f"__lake_{name}", dataset)
         elif files:
-            source = _parquet(name, table_schema, partitioned, files, versions)
+            # DuckDB binds a view when it is made, and binding read_parquet over a list of files costs in
+            # the number of files (thousands at 100M entries), for every table and every derived view that
+            # reads it. So the view reads a table macro, made first over an empty table of the same columns
+            # and replaced by the files once every view is made: nothing reads the files' list until a
+            # query reads the view. The lists are variables, not SQL text to parse.
+            def listing(version: int, some: list[str], name=name) -> str:
+                variable = f"__frlake_files_{name}_{version}"
+                con.execute(f"SET VARIABLE {variable} = ?", [some])
+                return f"getvariable('{variable}')"
+
+            lazy[name] = _parquet(name, table_schema, partitioned, files, versions, listing)
+            empty = register(f"__empty_{name}", pa.schema(fields).empty_table())
+            con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {empty}")
+            source = f"__lake_{name}()"
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
@@ -216,4 +234,6 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
     for name, sql in DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    for name, relation in lazy.items():  # a query binds them, when it reads them
+        con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {relation}")
     return sources
