@@ -110,6 +110,18 @@ class Frlake:
                            and QuickReads.open(self.settings.db_url, head_revision())) or False
         return self._quick or None
 
+    def _ask_quick(self, question):
+        """``question(quick)`` answered by :meth:`_quick_reads`, or None when it cannot answer: not there,
+        or an SQLite error (the full path then meets it and says what is wrong)."""
+        import sqlite3
+
+        if (quick := self._quick_reads()) is None:
+            return None
+        try:
+            return question(quick)
+        except sqlite3.Error:
+            return None
+
     @property
     def migrations(self):
         """The catalog's schema migrations (:class:`frlake.catalog.db.Migrations`), which work whatever the
@@ -216,8 +228,9 @@ class Frlake:
 
     def list_attempts(self, **filters) -> tuple[int, list[AttemptRow]]:
         """The attempts that match ``filters`` (catalog.attempts.page): how many, and one page of them."""
-        if filters.keys() == {"job", "limit"} and filters["limit"] and (quick := self._quick_reads()) is not None:
-            return quick.count_attempts(filters["job"]), quick.attempts_of(filters["job"], filters["limit"])
+        if filters.keys() == {"job", "limit"} and filters["limit"] and (found := self._ask_quick(
+                lambda q: (q.count_attempts(filters["job"]), q.attempts_of(filters["job"], filters["limit"])))):
+            return found
         return self.catalog.attempts.page(**filters)
 
     def attempt_facets(self, **filters) -> Facets:
@@ -365,10 +378,9 @@ class Frlake:
         ``reuse``: the stored diagnosis, read and not computed again, when it
         is current (:meth:`current_diagnosis`), which is what computing it
         again would give; else as without it."""
-        if reuse and complete is None and (quick := self._quick_reads()) is not None:
-            number = quick.latest_attempt(job) if attempt is None else attempt
-            if number is not None and (stored := quick.current_diagnosis(job, number)) is not None:
-                return stored
+        if reuse and complete is None and (stored := self._ask_quick(
+                lambda q: q.current_diagnosis(job, q.latest_attempt(job) if attempt is None else attempt))):
+            return stored
         attempt = self._attempt_number(job, attempt)
         if reuse and (current := self.current_diagnosis(job, attempt, complete)) is not None:
             return current

@@ -316,3 +316,7 @@ def test_quick_reads_answer_only_when_certain(tmp_path, corpus):
     quick = QuickReads.open(settings.db_url, head_revision())
     assert quick.current_diagnosis("job-223715", 0).verdict == "hang"  # stored again, current
     quick.close()
+    with frlake.Frlake(settings) as fl:  # an SQLite error in a quick read: the full path answers
+        fl._quick_reads().close()
+        assert fl.diagnose("job-223715", reuse=True).verdict == "hang"
+        assert fl.list_attempts(job="job-223715", limit=5)[0] == 1

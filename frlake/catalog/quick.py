@@ -72,8 +72,9 @@ class QuickReads:
         return self._con.execute("SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id "
                                  "WHERE j.name = ?", (job,)).fetchone()[0]
 
-    def current_diagnosis(self, job: str, attempt: int) -> Diagnosis | None:
-        """The attempt's stored diagnosis if it is current (Frlake.current_diagnosis), else None."""
+    def current_diagnosis(self, job: str, attempt: int | None) -> Diagnosis | None:
+        """The attempt's stored diagnosis if it is current (Frlake.current_diagnosis), else None (also for
+        ``attempt`` None: a job with no attempt)."""
         row = self._con.execute(_CURRENT, (job, attempt)).fetchone()
         stored = Diagnosis.from_dict(json.loads(row[0])) if row and row[0] else None
         return stored if stored is not None and stored.algorithm_version == ALGORITHM_VERSION else None
