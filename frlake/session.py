@@ -663,9 +663,11 @@ class Frlake:
 
     def lake_stats(self) -> LakeStats:
         """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with
-        the bytes of the raw copies on disk (one stat per copy)."""
+        the bytes of the raw copies on disk: one stat per copy, so walked once per catalog version, not at
+        every scrape (a run's commits and every new run change the version; copies a failed run left
+        behind are counted from the next one)."""
         stats = self.catalog.stats.snapshot()
-        return replace(stats, raw_bytes=self.lake.raw_bytes())
+        return replace(stats, raw_bytes=self.memoized("raw_bytes", (), self.lake.raw_bytes))
 
     def notify_status(self) -> list[DestinationStatus]:
         """Every alert receiver's queue, deliveries, failures and last error (GET /api/notify)."""
