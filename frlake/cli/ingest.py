@@ -85,7 +85,7 @@ def ingest_command(
     notify_jobs: NotifyJobsOpt = None,
     notify_secret: NotifySecretOpt = None,
     public_url: PublicUrlOpt = None,
-    config: ConfigOpt = None,
+    config_file: ConfigOpt = None,
     fmt: FormatOpt = Format.table,
     quiet: QuietOpt = False,
     lake: LakeOpt = None,
@@ -109,7 +109,7 @@ def ingest_command(
 
     with user_errors():
         wait = parse_duration(lock_timeout)
-        alerts = notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url, config)
+        alerts = notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url, config_file)
     with open_session(ctx, lake, db_url) as session:
         notifier = session.notifier(alerts) if alerts else None
         if notifier is not None:

@@ -48,7 +48,7 @@ def serve_command(
     notify_jobs: NotifyJobsOpt = None,
     notify_secret: NotifySecretOpt = None,
     public_url: PublicUrlOpt = None,
-    config: ConfigOpt = None,
+    config_file: ConfigOpt = None,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
@@ -77,7 +77,8 @@ def serve_command(
                               upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
                               allowed_hosts=names, port=port,
                               watch=watch_config(watch or (), parse_duration(every), scan),
-                              notify=notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url, config))
+                              notify=notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url,
+                                                     config_file))
         app = create_app(config)
     if names is None:
         console.print(f"frlake answers to any host name on {host}; give --public-host NAME to name the ones it serves")
