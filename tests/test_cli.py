@@ -202,3 +202,6 @@ def test_the_entry_point_and_a_stored_diagnosis_load_no_heavy_module(tmp_path, c
     assert not _modules_after("--lake", str(lake), "diagnose", "job-5f5228") & set(HEAVY)
     # a diagnosis that must be computed loads what computing needs
     assert {"sqlalchemy", "duckdb"} <= _modules_after("--lake", str(lake), "diagnose", "job-5f5228", "--fresh")
+    # a query that reads no view opens no catalog; one that reads a view does
+    assert not _modules_after("--lake", str(lake), "query", "select 1") & {"sqlalchemy", "alembic", "flask"}
+    assert "sqlalchemy" in _modules_after("--lake", str(lake), "query", "select count(*) from jobs")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from frlake import schema
-from frlake.catalog.store import Catalog
-from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
-from frlake.storage.files import CommittedFile, LakeFiles
 from frlake.storage.lake import Lake
+
+if TYPE_CHECKING:  # the catalog (SQLAlchemy) is imported when a view reads it: `SELECT 1` needs none
+    from frlake.catalog.store import Catalog
+    from frlake.storage.files import CommittedFile
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).
@@ -164,12 +166,16 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
+def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | None,
                  catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
-                 sealed: bool = False, files: Iterable[CommittedFile] | None = None) -> dict[str, object]:
+                 sealed: bool = False, files: Iterable[CommittedFile] | None = None,
+                 lake_views: bool = True) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables. Returns the Python objects registered, by
     name (a cursor of ``con`` must register them again to see the views).
+
+    ``catalog_views``: the catalog views to make (None: every one); ``lake_views`` False: no lake table and
+    no derived view. ``catalog`` is read only for what is made (None when nothing is).
 
     ``sealed`` (the SQL sandbox): the lake's files are read through Arrow
     datasets, not DuckDB's file readers, so the connection needs no file
@@ -178,13 +184,18 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
     ``files``: the committed files to read, when the caller has them (several attempts diagnosed on one
     connection, ``LakeFiles.committed_in``), instead of the catalog's of ``partition``."""
     sources: dict[str, object] = {}
+    catalog_views = None if catalog_views is None else tuple(catalog_views)
 
     def register(name: str, obj: object) -> str:
         con.register(name, obj)
         sources[name] = obj
         return name
 
-    if files is None:
+    if not lake_views:
+        committed = {}
+    elif files is None:
+        from frlake.storage.files import LakeFiles
+
         committed = LakeFiles(catalog).table_file_versions(partition)
     else:
         committed = {}
@@ -192,7 +203,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             committed.setdefault(f.table, []).append((f.readable, f.schema_version))
     root = str(lake.root)
     lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
-    for name, table_schema in schema.TABLES.items():
+    for name, table_schema in schema.TABLES.items() if lake_views else ():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         versions = [v for _, v in committed.get(name, ())]
@@ -228,11 +239,14 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
-    for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        table = catalog_table(catalog, name)
-        source = register(f"__catalog_{name}", table)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
-    for name, sql in DERIVED.items():
+    if catalog_views is None or catalog_views:
+        from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
+
+        for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
+            table = catalog_table(catalog, name)
+            source = register(f"__catalog_{name}", table)
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
+    for name, sql in DERIVED.items() if lake_views else ():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     for name, relation in lazy.items():  # a query binds them, when it reads them
         con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {relation}")
