@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from frlake import schema
 from frlake.catalog.store import Catalog
-from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
+from frlake.query.catalog_views import CATALOG_VIEWS, LazyCatalogTable
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
 from frlake.storage.files import CommittedFile, LakeFiles
 from frlake.storage.lake import Lake
@@ -191,7 +191,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         for f in files:
             committed.setdefault(f.table, []).append((f.readable, f.schema_version))
     root = str(lake.root)
-    lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
+    lazy: dict[str, tuple[str, str]] = {}  # a lake table's macro parameters and relation, read by its view through a table macro (see below)
     for name, table_schema in schema.TABLES.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
@@ -215,13 +215,19 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             # the number of files (thousands at 100M entries), for every table and every derived view that
             # reads it. So the view reads a table macro, made first over an empty table of the same columns
             # and replaced by the files once every view is made: nothing reads the files' list until a
-            # query reads the view. The lists are variables, not SQL text to parse.
-            def listing(version: int, some: list[str], name=name) -> str:
+            # query reads the view. The lists are variables, not SQL text to parse, and reach the macro as
+            # the defaults of its parameters: a macro whose body reads a variable is bound when it is made
+            # (every file listed), one whose body reads its parameters only when a query calls it.
+            params: dict[str, str] = {}
+
+            def listing(version: int, some: list[str], name=name, params=params) -> str:
                 variable = f"__frlake_files_{name}_{version}"
                 con.execute(f"SET VARIABLE {variable} = ?", [some])
-                return f"getvariable('{variable}')"
+                params[f"files_{version}"] = f"getvariable('{variable}')"
+                return f"files_{version}"
 
-            lazy[name] = _parquet(name, table_schema, partitioned, files, versions, listing)
+            relation = _parquet(name, table_schema, partitioned, files, versions, listing)
+            lazy[name] = (", ".join(f"{p} := {default}" for p, default in params.items()), relation)
             empty = register(f"__empty_{name}", pa.schema(fields).empty_table())
             con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {empty}")
             source = f"__lake_{name}()"
@@ -229,11 +235,11 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
     for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        table = catalog_table(catalog, name)
+        table = LazyCatalogTable(catalog, name)  # read from the catalog when a query first reads the view
         source = register(f"__catalog_{name}", table)
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
     for name, sql in DERIVED.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-    for name, relation in lazy.items():  # a query binds them, when it reads them
-        con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {relation}")
+    for name, (params, relation) in lazy.items():  # a query binds them, when it reads them
+        con.execute(f"CREATE OR REPLACE MACRO __lake_{name}({params}) AS TABLE SELECT * FROM {relation}")
     return sources
