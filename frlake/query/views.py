@@ -64,7 +64,9 @@ _COLLECTIVES = f"""
       ) GROUP BY ALL
     ), c AS (
       SELECT job, attempt, pg_name, seq,
-             list_aggregate(list_sort(list(op)), 'mode') AS op,  -- mode(op ORDER BY op): the smallest of the most frequent
+             -- mode(op ORDER BY op): the smallest of the most frequent; one op, not NULL, needs no sort
+             CASE WHEN min(op) = max(op) AND count(op) = count(*) THEN min(op)
+                  ELSE list_aggregate(list_sort(list(op)), 'mode') END AS op,
              min(pg_desc) AS pg_desc, list_sort(list(rank)) AS arrived, min(t) AS t_first, max(t) AS t_last,
              coalesce(min(op) = max(op), false) AS ops_agree,  -- one op that is not NULL (count(DISTINCT op) = 1)
              min(sizes) = max(sizes) AS sizes_agree, min(dtypes) = max(dtypes) AS dtypes_agree,
@@ -73,10 +75,14 @@ _COLLECTIVES = f"""
       FROM e GROUP BY ALL
     )
     SELECT c.job, c.attempt, c.pg_name AS pg, c.pg_desc, c.seq, c.op, m.members, c.arrived,
-           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND list_contains(dumped.ranks, r)
-                                       AND coalesce(first.f[list_position(first.r, r)], c.seq) <= c.seq) AS missing,
-           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND (NOT list_contains(dumped.ranks, r)
-                                       OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) AS unknown,
+           -- arrived holds distinct members: as many as the members, every member arrived (the lambdas below
+           -- cost a search of arrived per member, 256 x 256 per collective instance of a 256-rank group)
+           CASE WHEN len(c.arrived) = len(m.members) THEN []
+                ELSE list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND list_contains(dumped.ranks, r)
+                                 AND coalesce(first.f[list_position(first.r, r)], c.seq) <= c.seq) END AS missing,
+           CASE WHEN len(c.arrived) = len(m.members) THEN []
+                ELSE list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND (NOT list_contains(dumped.ranks, r)
+                                 OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) END AS unknown,
            make_timestamp(c.t_first // 1000) AS first_arrival, make_timestamp(c.t_last // 1000) AS last_arrival,
            round((c.t_last - c.t_first) / 1e6, 3) AS spread_ms,
            c.ops_agree, c.op IN {UNEVEN} AS uneven_by_design,
