@@ -66,3 +66,29 @@ def test_the_median_from_the_bins_is_the_median_of_every_slowdown(seed):
     columns = ("host", "slowdown", "collectives", "attempts", "jobs", "slow_collectives", "evidence")
     mine = sorted((r[0], r[1], r[4], r[5], r[6], r[3], r[8]) for r in got)
     assert [dict(zip(columns, r)) for r in mine] == [dict(zip(columns, r)) for r in want]
+
+
+@pytest.mark.parametrize("ratios", [
+    [0.97, 0.98, 1.02, 1.03],  # the two middle slowdowns in two buckets next to each other (0.95-1 and 1-1.05)
+    [0.5, 0.51, 2.0, 3.0],  # ... in two buckets far apart, none between them
+    [0.949, 0.9501, 0.9502, 1.0],  # on the buckets' edges
+    [1.0, 1.0, 1.0004, 1.0006, 1.2],  # odd: the middle one alone
+    [0.2, 0.9, 1.4, 1.6, 7.5, 8.0],
+])
+def test_the_median_is_exact_where_the_middle_falls_across_buckets(ratios):
+    """The report finds a host's bucket of 0.05 first, then the bins in it: the two middle slowdowns may
+    sit in two buckets, next to each other or far apart, and the median is still their mean, as DuckDB's."""
+    con = duckdb.connect()
+    rows = [{"pg_name": "0", "pg_desc": "dp", "seq": i, "op": "all_reduce", "duration_ms": r, "entries": 8,
+             "hosts": ["h0"], "n_groups": 2, "sibling_median_ms": 1.0, "slowdown": r} for i, r in enumerate(ratios)]
+    lags = pa.Table.from_pylist([{"host": "h0", "entries": 1, "watchdog_lag_ms": 0.0}], schema=schema.WATCHDOG_LAGS)
+    links = []
+    for a in range(2):  # the same slowdowns in two attempts: the counts double, the median stays
+        hl = host_links(con, pa.Table.from_pylist(rows, schema=schema.COLLECTIVE_DURATIONS), lags)
+        links.append(hl.append_column("job", pa.array(["j"] * hl.num_rows)).append_column(
+            "attempt", pa.array([a] * hl.num_rows, pa.int64())))
+    con.register("host_links", pa.concat_tables(links))
+    con.register("attempts", pa.Table.from_pylist([{"job": "j", "attempt": a, "started_ns": a} for a in range(2)]))
+    got = con.execute(SLOW_LINKS, {"since": None, "until": None}).fetchall()
+    want = con.execute("SELECT round(median(r), 3) FROM (SELECT unnest(?::DOUBLE[]) AS r)", [ratios * 2]).fetchone()[0]
+    assert [r[1] for r in got] == [want]

@@ -113,3 +113,33 @@ def test_a_second_engine_reads_the_lake_as_it_is(corpus_lake, views):
         assert dict(zip(per_job["job"].to_pylist(), per_job["job_count"].to_pylist())) == expected
     stacks = ds.dataset(corpus_lake.lake / "tables" / "stacks", format="parquet")
     assert stacks.count_rows() == con.execute("SELECT count(*) FROM stacks").fetchone()[0]
+
+
+def test_a_catalog_view_is_read_when_a_query_reads_it(corpus_fl):
+    """Connecting reads no catalog view: each is read from the catalog by the first query that reads it,
+    once per connection, with the same rows as before (the files view: 28 ingested files)."""
+    from sqlalchemy import event
+
+    from frlake.query.catalog_views import catalog_table
+
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    event.listen(corpus_fl.catalog.engine, "before_cursor_execute", seen)
+    try:
+        con = corpus_fl.connect()
+        assert not [s for s in statements if "FROM files" in s or "FROM attempts" in s]
+        expected = catalog_table(corpus_fl.catalog, "files").num_rows
+        statements.clear()
+        assert con.execute("SELECT count(*) FROM files").fetchone()[0] == expected
+        assert con.execute("SELECT count(*) FROM files f JOIN files g USING (path)").fetchone()[0] == expected
+        assert len([s for s in statements if "FROM files" in s]) == 1
+        assert not [s for s in statements if "FROM attempts" in s]
+        statements.clear()
+        result = corpus_fl.query("SELECT count(*) FROM files WHERE status = 'ingested'")  # the sandbox, locked down
+        assert result.rows == [(expected,)]
+        assert len([s for s in statements if "FROM files" in s]) == 1
+    finally:
+        event.remove(corpus_fl.catalog.engine, "before_cursor_execute", seen)

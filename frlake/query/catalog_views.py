@@ -5,6 +5,7 @@ in every view without a second list to keep."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -120,3 +121,39 @@ def catalog_table(catalog: Catalog, name: str) -> pa.Table:
     rows = catalog.rows(query)
     columns = [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(target)]
     return pa.Table.from_arrays(columns, schema=target)
+
+
+class LazyCatalogTable:
+    """One catalog view's rows, read from the catalog the first time a query reads them, then kept.
+
+    Registered in DuckDB in place of the Arrow table: DuckDB binds a view with the columns
+    (``__arrow_c_schema__``) and asks for the rows (``__arrow_c_stream__``) only when it scans them, so a
+    connection costs what its queries read, not every catalog view (50,000 files at 100M entries) whether
+    read or not. The rows are those of the first read: every later read of the connection sees the same."""
+
+    def __init__(self, catalog: Catalog, name: str):
+        self.catalog = catalog
+        self.name = name
+        self.schema = schema_of(CATALOG_VIEWS[name]())
+        self._table: pa.Table | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.schema.names
+
+    @property
+    def loaded(self) -> bool:
+        return self._table is not None
+
+    def table(self) -> pa.Table:
+        with self._lock:  # two cursors of one connection may scan it at once
+            if self._table is None:
+                self._table = catalog_table(self.catalog, self.name)
+            return self._table
+
+    def __arrow_c_schema__(self):
+        return self.schema.__arrow_c_schema__()
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table().__arrow_c_stream__(requested_schema)

@@ -66,7 +66,9 @@ _COLLECTIVES = f"""
       ) GROUP BY ALL
     ), c AS (
       SELECT job, attempt, pg_name, seq,
-             list_aggregate(list_sort(list(op)), 'mode') AS op,  -- mode(op ORDER BY op): the smallest of the most frequent
+             -- mode(op ORDER BY op): the smallest of the most frequent; one op, not NULL, needs no sort
+             CASE WHEN min(op) = max(op) AND count(op) = count(*) THEN min(op)
+                  ELSE list_aggregate(list_sort(list(op)), 'mode') END AS op,
              min(pg_desc) AS pg_desc, list_sort(list(rank)) AS arrived, min(t) AS t_first, max(t) AS t_last,
              coalesce(min(op) = max(op), false) AS ops_agree,  -- one op that is not NULL (count(DISTINCT op) = 1)
              min(sizes) = max(sizes) AS sizes_agree, min(dtypes) = max(dtypes) AS dtypes_agree,
@@ -75,10 +77,14 @@ _COLLECTIVES = f"""
       FROM e GROUP BY ALL
     )
     SELECT c.job, c.attempt, c.pg_name AS pg, c.pg_desc, c.seq, c.op, m.members, c.arrived,
-           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND list_contains(dumped.ranks, r)
-                                       AND coalesce(first.f[list_position(first.r, r)], c.seq) <= c.seq) AS missing,
-           list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND (NOT list_contains(dumped.ranks, r)
-                                       OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) AS unknown,
+           -- arrived holds distinct members: as many as the members, every member arrived (the lambdas below
+           -- cost a search of arrived per member, 256 x 256 per collective instance of a 256-rank group)
+           CASE WHEN len(c.arrived) = len(m.members) THEN []
+                ELSE list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND list_contains(dumped.ranks, r)
+                                 AND coalesce(first.f[list_position(first.r, r)], c.seq) <= c.seq) END AS missing,
+           CASE WHEN len(c.arrived) = len(m.members) THEN []
+                ELSE list_filter(m.members, lambda r: NOT list_contains(c.arrived, r) AND (NOT list_contains(dumped.ranks, r)
+                                 OR coalesce(first.f[list_position(first.r, r)], c.seq) > c.seq)) END AS unknown,
            make_timestamp(c.t_first // 1000) AS first_arrival, make_timestamp(c.t_last // 1000) AS last_arrival,
            round((c.t_last - c.t_first) / 1e6, 3) AS spread_ms,
            c.ops_agree, c.op IN {UNEVEN} AS uneven_by_design,
@@ -202,7 +208,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
         for f in files:
             committed.setdefault(f.table, []).append((f.readable, f.schema_version))
     root = str(lake.root)
-    lazy: dict[str, str] = {}  # a lake table's relation, read by its view through a table macro (see below)
+    lazy: dict[str, tuple[str, str]] = {}  # a lake table's macro parameters and relation, read by its view through a table macro (see below)
     for name, table_schema in schema.TABLES.items() if lake_views else ():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
@@ -226,13 +232,19 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
             # the number of files (thousands at 100M entries), for every table and every derived view that
             # reads it. So the view reads a table macro, made first over an empty table of the same columns
             # and replaced by the files once every view is made: nothing reads the files' list until a
-            # query reads the view. The lists are variables, not SQL text to parse.
-            def listing(version: int, some: list[str], name=name) -> str:
+            # query reads the view. The lists are variables, not SQL text to parse, and reach the macro as
+            # the defaults of its parameters: a macro whose body reads a variable is bound when it is made
+            # (every file listed), one whose body reads its parameters only when a query calls it.
+            params: dict[str, str] = {}
+
+            def listing(version: int, some: list[str], name=name, params=params) -> str:
                 variable = f"__frlake_files_{name}_{version}"
                 con.execute(f"SET VARIABLE {variable} = ?", [some])
-                return f"getvariable('{variable}')"
+                params[f"files_{version}"] = f"getvariable('{variable}')"
+                return f"files_{version}"
 
-            lazy[name] = _parquet(name, table_schema, partitioned, files, versions, listing)
+            relation = _parquet(name, table_schema, partitioned, files, versions, listing)
+            lazy[name] = (", ".join(f"{p} := {default}" for p, default in params.items()), relation)
             empty = register(f"__empty_{name}", pa.schema(fields).empty_table())
             con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {empty}")
             source = f"__lake_{name}()"
@@ -240,14 +252,14 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
     if catalog_views is None or catalog_views:
-        from frlake.query.catalog_views import CATALOG_VIEWS, catalog_table
+        from frlake.query.catalog_views import CATALOG_VIEWS, LazyCatalogTable
 
         for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-            table = catalog_table(catalog, name)
+            table = LazyCatalogTable(catalog, name)  # read from the catalog when a query first reads the view
             source = register(f"__catalog_{name}", table)
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
     for name, sql in DERIVED.items() if lake_views else ():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-    for name, relation in lazy.items():  # a query binds them, when it reads them
-        con.execute(f"CREATE OR REPLACE MACRO __lake_{name}() AS TABLE SELECT * FROM {relation}")
+    for name, (params, relation) in lazy.items():  # a query binds them, when it reads them
+        con.execute(f"CREATE OR REPLACE MACRO __lake_{name}({params}) AS TABLE SELECT * FROM {relation}")
     return sources
