@@ -192,16 +192,66 @@ class BatchSummaries:
         from frlake import schema
 
         out: dict[tuple[str, int], dict[str, pa.Table]] = {key: {} for key in keys}
+        whole = {}  # each table's rows of every attempt, keyed (job, attempt), in its schema
         for name, sql in (("collective_durations", _BATCH_DURATIONS), ("watchdog_lags", _BATCH_LAGS)):
-            table = self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table()
+            whole[name] = _keyed(self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table(), schema.TABLES[name])
+        # host_links of every attempt from those two, by one statement (as host_links makes an attempt's)
+        whole["host_links"] = _keyed(_batch_host_links(self.con, whole["collective_durations"],
+                                                       whole["watchdog_lags"]), schema.HOST_LINKS)
+        for name, table in whole.items():
             rows = _runs(table.column("job").to_pylist(), table.column("attempt").to_pylist())
-            table = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
+            table = table.select(schema.TABLES[name].names)
             for key in keys:
                 start, stop = rows.get(key, (0, 0))
                 out[key][name] = table.slice(start, stop - start)
-        for tables in out.values():  # from the attempt's two tables, as summary_tables makes it
-            tables["host_links"] = host_links(self.con, tables["collective_durations"], tables["watchdog_lags"])
         return out
+
+
+def _keyed(table: pa.Table, columns: pa.Schema) -> pa.Table:
+    """``table``'s job, attempt and ``columns`` (cast to their types)."""
+    import pyarrow as pa
+
+    keyed = pa.schema([pa.field("job", pa.string()), pa.field("attempt", pa.int64()), *columns])
+    return table.select(keyed.names).cast(keyed)
+
+
+# HOST_LINKS over the rows of several attempts (keyed by job and attempt): the same rows, attempt by attempt.
+_BATCH_HOST_LINKS = f"""
+    WITH h AS (
+      SELECT job, attempt, unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd
+      WHERE n_groups >= 2 AND slowdown IS NOT NULL
+    ), per AS (
+      SELECT job, attempt, host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
+      FROM h GROUP BY job, attempt, host
+    ), bins AS (
+      SELECT job, attempt, host,
+             list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
+      FROM (SELECT job, attempt, host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi
+            FROM h GROUP BY ALL)
+      GROUP BY job, attempt, host
+    ), ev AS (
+      SELECT job, attempt, host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
+                                      ORDER BY pg_desc, op) AS by_collective
+      FROM (SELECT job, attempt, host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL)
+      GROUP BY job, attempt, host
+    ), hosts AS (SELECT job, attempt, host FROM _wl UNION SELECT job, attempt, host FROM per)
+    SELECT hosts.job, hosts.attempt, hosts.host, coalesce(per.collectives, 0) AS collectives,
+           coalesce(per.slow_collectives, 0) AS slow_collectives, _wl.watchdog_lag_ms,
+           coalesce(bins.slowdowns, []) AS slowdowns, coalesce(ev.by_collective, []) AS by_collective
+    FROM hosts LEFT JOIN _wl USING (job, attempt, host) LEFT JOIN per USING (job, attempt, host)
+    LEFT JOIN bins USING (job, attempt, host) LEFT JOIN ev USING (job, attempt, host)
+    ORDER BY hosts.job, hosts.attempt, hosts.host
+"""
+
+
+def _batch_host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table) -> pa.Table:
+    con.register("_cd", durations)
+    con.register("_wl", lags)
+    try:
+        return con.sql(_BATCH_HOST_LINKS).to_arrow_table()
+    finally:
+        con.unregister("_cd")
+        con.unregister("_wl")
 
 
 def _runs(jobs: list, attempts: list) -> dict[tuple[str, int], tuple[int, int]]:
