@@ -44,6 +44,10 @@ class AttemptBatch:
             con.execute(f"DROP VIEW {name}")
             con.execute(f"ALTER TABLE __batch_{name} RENAME TO {name}")
 
+    def signed(self, key: tuple[str, int]) -> bool:
+        """Whether every entries file of the attempt stores the entries' signatures (schema version 2)."""
+        return self._versions.get(key, {}).get("entries", schema.schema_version("entries")) >= 2
+
     def select(self, job: str, attempt: int) -> None:
         """Make the connection read as one over this attempt's files would: the schema variables (a
         diagnosis reads the entries' stored signatures only when each of its files has them) are its own

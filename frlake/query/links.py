@@ -144,6 +144,18 @@ _KEEP_TIMED = """
     LEFT JOIN (SELECT DISTINCT pg, pg_name FROM {group_keys}) k ON k.pg = e.pg_name
     WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
 """
+# _KEEP_TIMED of the attempts ($jobs, $attempts), from relations of several attempts keyed by job and attempt (their
+# groups are their names: no group keys)
+_KEEP_TIMED_BATCH = """
+    INSERT INTO {kept}
+    SELECT e.job, e.attempt, e.pg_name, e.pg_name, e.pg_desc, e.seq, e.op, e.duration_ms, e.watchdog_lag_ms, h.hid,
+           h.host
+    FROM {entries} e
+    JOIN (SELECT job, attempt, rank, host, dense_rank() OVER (PARTITION BY job, attempt ORDER BY host) AS hid
+          FROM {dumps} JOIN (SELECT unnest($jobs) AS job, unnest($attempts) AS attempt) USING (job, attempt)) h
+      USING (job, attempt, rank)
+    WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
+"""
 _BATCH_DURATIONS = """
     WITH eh AS (
       SELECT job, attempt, pg_name, name, pg_desc, seq, op, hid, host, list(duration_ms) AS durations
@@ -186,6 +198,13 @@ class BatchSummaries:
         rel = rel or Relations()
         self.con.execute(_KEEP_TIMED.format(kept=_BATCH_TIMED, entries=rel.entries, dumps=rel.dumps,
                                             group_keys=rel.group_keys), {"job": job, "attempt": attempt})
+
+    def keep_batch(self, entries: str, dumps: str, keys: list[tuple[str, int]]) -> None:
+        """Keep the timed entries of ``keys``, attempts whose relations were made together (``entries`` and
+        ``dumps`` keyed by job and attempt: frlake.diagnose.batched), as :meth:`keep` keeps one's."""
+        if keys:
+            self.con.execute(_KEEP_TIMED_BATCH.format(kept=_BATCH_TIMED, entries=entries, dumps=dumps),
+                             {"jobs": [job for job, _ in keys], "attempts": [attempt for _, attempt in keys]})
 
     def tables(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, pa.Table]]:
         """Each of ``keys``' rows of the summary tables, in their schemas."""
