@@ -31,6 +31,7 @@ from frlake.diagnose.evidence import (
     _rank_groups,
     entry_columns,
 )
+from frlake.diagnose.mismatch import P2P_KEYS_DISAGREE, STATES
 from frlake.diagnose.timing import TIMING_ROWS
 from frlake.query.vocabulary import NEWEST_DUMP, Relations
 
@@ -100,12 +101,17 @@ class BatchRelations:
         self._pending = _by_key(con, PENDING_TAIL.format(
             k=k, gk="g.job, g.attempt, ", pk="p.job, p.attempt, ", same=EveryAttempt.same("s", "g"),
             rank_groups=_BATCH.rank_groups, dumps=_BATCH.dumps, where=""))
+        self._differ = _by_key(con, f"SELECT job, attempt, pg_name, seq FROM {_BATCH.instances} WHERE differ")
+        self._p2p_disagree = set(_by_key(con, P2P_KEYS_DISAGREE.format(k=k, entries=_BATCH.entries)))
+        self._states = _by_key(con, STATES.format(k=k, ck="c.job, c.attempt, ", same=EveryAttempt.same("l", "c"),
+                                                  calls=_BATCH.calls, instances=_BATCH.instances))
         reads.made.update((key, self._rows(key)) for key in self.keys)
 
     def _rows(self, key: Key) -> BatchRows:
         return BatchRows(VIEWS, self._read.get(key, []), {t: rows.get(key, []) for t, rows in self._members.items()},
                          self._desc.get(key, []), self._rank_groups.get(key, []), self._last.get(key, []),
-                         self._p2p.get(key, 0), self._timing.get(key, []), self._pending.get(key, []))
+                         self._p2p.get(key, 0), self._timing.get(key, []), self._pending.get(key, []),
+                         self._differ.get(key, []), key in self._p2p_disagree, self._states.get(key, []))
 
     @property
     def entries(self) -> str:

@@ -99,6 +99,7 @@ class Evidence:
     names: dict[str, str] = field(default_factory=dict)  # group -> its name, for groups that share a name
     renumbered: list[int] = field(default_factory=list)  # ranks whose seq ids were numbered per group (torchcomms)
     p2p_entries: int | None = None  # sends and recvs that name their peers (None: not counted)
+    batch_rows: BatchRows | None = None  # what the analyses read of its relations, read with its batch's
     world_inferred: list[str] = field(default_factory=list)  # how ranks no dump holds were found (world.py)
 
     def name(self, pg: str | None) -> str | None:
@@ -275,7 +276,7 @@ def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: 
                     world_inferred=world.how,
                     timing=timing,
                     pending_tail=pending_tails(made.pending) if made is not None else _pending_tail(con, params, rel),
-                    p2p_entries=p2p_entries,
+                    p2p_entries=p2p_entries, batch_rows=made,
                     progress=batch.progress.get(key, []) if batch else _progress(con, params),
                     live_hosts=live_hosts)
 
@@ -300,6 +301,8 @@ class BatchReads:
     listed: dict[str, dict[tuple[str, int], int]]  # table -> attempt -> its member lists (member_lists)
     split: set[tuple[tuple[str, int], str]]  # (attempt, table) where a name has several member lists
     gathered: dict[tuple[str, int], list[tuple]]  # attempt -> _gathered's (rank, group name, most) of every rank
+    staged: set[tuple[str, int]] = field(default_factory=set)  # the attempts with live stacks live_stacks reads
+    frames: dict[int, list] = field(default_factory=dict)  # the frames of the stacks the batch's entries name
     # the attempts whose relations were made with the batch's (frlake.diagnose.batched): what load reads of them
     made: dict[tuple[str, int], BatchRows] = field(default_factory=dict)
 
@@ -331,7 +334,10 @@ class BatchReads:
         gathered: dict[tuple[str, int], list[tuple]] = {}
         for job, attempt, *row in con.execute(_GATHERED_BY_RANK).fetchall():
             gathered.setdefault((job, attempt), []).append(tuple(row))
-        return cls(several, live, progress, listed, split, gathered)
+        staged = set(con.execute(f"SELECT DISTINCT job, attempt FROM live_stacks WHERE {_LIVE}").fetchall())
+        frames = {sid: f for sid, f in con.execute(
+            "SELECT stack_id, frames FROM stacks WHERE stack_id IN (SELECT DISTINCT stack_id FROM entries)").fetchall()}
+        return cls(several, live, progress, listed, split, gathered, staged, frames)
 
 
 @dataclass
@@ -348,6 +354,9 @@ class BatchRows:
     p2p: int
     timing: list[tuple]  # TIMING_ROWS, by rank
     pending: list[tuple]  # PENDING_TAIL, by group
+    differ: list[tuple]  # the collective instances (group, seq) whose members' signatures differ (mismatch)
+    p2p_disagree: bool  # whether a send and a recv could disagree (mismatch._P2P_DISAGREE)
+    states: list[tuple]  # mismatch.STATES
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
@@ -672,15 +681,18 @@ def _live_hosts(con, params) -> dict[int, str]:
            WHERE job = $job AND attempt = $attempt AND host IS NOT NULL GROUP BY rank""", params).fetchall())
 
 
+_LIVE = "depth > 0 AND NOT current"  # the live stacks live_stacks reads (a thread with frames, not the handler's)
+
+
 def live_stacks(con: duckdb.DuckDBPyConnection, job: str, attempt: int, ranks: list[int]) -> dict[int, dict]:
     """Each rank's newest live stack from the debug server: its working thread (py-spy's MainThread, else
     the last thread faulthandler lists that is not the handler's own and has frames)."""
     if not ranks:
         return {}
     rows = con.execute(
-        """
+        f"""
         SELECT rank, host, snapshot_ns, source, source_path, thread, frames FROM live_stacks
-        WHERE job = $job AND attempt = $attempt AND rank IN (SELECT unnest($ranks)) AND depth > 0 AND NOT current
+        WHERE job = $job AND attempt = $attempt AND rank IN (SELECT unnest($ranks)) AND {_LIVE}
         QUALIFY row_number() OVER (PARTITION BY rank ORDER BY snapshot_ns DESC NULLS LAST, source_path DESC,
                                    (thread LIKE '%"MainThread"%') DESC, thread_index DESC) = 1
         """,
@@ -757,8 +769,16 @@ def temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, pa.
     16,384-rank attempt."""
     data = pa.table({c: pa.array([r[i] for r in rows], t) for i, (c, t) in enumerate(columns.items())})
     source = f"{name}_rows"
+    finish(con)
     con.register(source, data)
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {source}")
     finally:
         con.unregister(source)
+
+
+def finish(con: duckdb.DuckDBPyConnection) -> None:
+    """Run a result left unread (a fetchone) to its end: DuckDB 2 registers nothing on a connection that
+    has one (a statement would have discarded it)."""
+    if hasattr(con, "complete"):
+        con.complete()
