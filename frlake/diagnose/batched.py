@@ -32,6 +32,15 @@ from frlake.diagnose.evidence import (
     entry_columns,
 )
 from frlake.diagnose.mismatch import P2P_KEYS_DISAGREE, STATES
+from frlake.diagnose.straggler import (
+    LATE_EVENTS,
+    LATE_SPAN,
+    LATENESS,
+    LATENESS_STATS,
+    Lateness,
+    RankLateness,
+    threshold,
+)
 from frlake.diagnose.timing import TIMING_ROWS
 from frlake.query.vocabulary import NEWEST_DUMP, Relations
 
@@ -105,13 +114,15 @@ class BatchRelations:
         self._p2p_disagree = set(_by_key(con, P2P_KEYS_DISAGREE.format(k=k, entries=_BATCH.entries)))
         self._states = _by_key(con, STATES.format(k=k, ck="c.job, c.attempt, ", same=EveryAttempt.same("l", "c"),
                                                   calls=_BATCH.calls, instances=_BATCH.instances))
+        self._lateness = _lateness(con, self.keys)
         reads.made.update((key, self._rows(key)) for key in self.keys)
 
     def _rows(self, key: Key) -> BatchRows:
         return BatchRows(VIEWS, self._read.get(key, []), {t: rows.get(key, []) for t, rows in self._members.items()},
                          self._desc.get(key, []), self._rank_groups.get(key, []), self._last.get(key, []),
                          self._p2p.get(key, 0), self._timing.get(key, []), self._pending.get(key, []),
-                         self._differ.get(key, []), key in self._p2p_disagree, self._states.get(key, []))
+                         self._differ.get(key, []), key in self._p2p_disagree, self._states.get(key, []),
+                         self._lateness.get(key))
 
     @property
     def entries(self) -> str:
@@ -123,9 +134,30 @@ class BatchRelations:
         return _BATCH.dumps
 
 
-def _by_key(con: duckdb.DuckDBPyConnection, sql: str) -> dict[Key, list[tuple]]:
+_LATE, _VIEW_LATE = "_blate", "_vlate"
+
+
+def _lateness(con: duckdb.DuckDBPyConnection, keys: list[Key]) -> dict[Key, Lateness]:
+    """straggler.analyze's reads of each attempt (its events at its own threshold), made at once."""
+    k = EveryAttempt.k
+    con.execute(LATENESS.format(late=_LATE, k=k, ck="c.job, c.attempt, ", calls=_BATCH.calls,
+                                instances=_BATCH.instances))
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW {_VIEW_LATE} AS SELECT * EXCLUDE (job, attempt) FROM {_LATE}
+                    WHERE job = getvariable('{_JOB}') AND attempt = getvariable('{_ATTEMPT}')""")
+    stats = _by_key(con, LATENESS_STATS.format(k=k, late=_LATE))
+    late = {key: threshold({r[0]: RankLateness(*r) for r in rows}) for key, rows in stats.items() if rows}
+    events = _by_key(con, LATE_EVENTS.format(
+        k=k, threshold="threshold",
+        late=f"""{_LATE} JOIN (SELECT unnest($jobs) AS job, unnest($attempts) AS attempt,
+                                      unnest($thresholds) AS threshold) USING (job, attempt)"""),
+        {"jobs": [j for j, _ in late], "attempts": [a for _, a in late], "thresholds": [float(t) for t in late.values()]})
+    span = {key: n for key, ((n,),) in _by_key(con, LATE_SPAN.format(k=k, late=_LATE) + " GROUP BY ALL").items()}
+    return {key: Lateness(_VIEW_LATE, stats.get(key, []), events.get(key, []), span.get(key)) for key in keys}
+
+
+def _by_key(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> dict[Key, list[tuple]]:
     """The rows of ``sql`` (led by job and attempt) by attempt, each attempt's in the statement's order."""
     out: dict[Key, list[tuple]] = {}
-    for job, attempt, *row in con.execute(sql).fetchall():
+    for job, attempt, *row in con.execute(sql, params).fetchall():
         out.setdefault((job, attempt), []).append(tuple(row))
     return out

@@ -357,6 +357,7 @@ class BatchRows:
     differ: list[tuple]  # the collective instances (group, seq) whose members' signatures differ (mismatch)
     p2p_disagree: bool  # whether a send and a recv could disagree (mismatch._P2P_DISAGREE)
     states: list[tuple]  # mismatch.STATES
+    lateness: object = None  # straggler.Lateness: what straggler.analyze reads (None: it reads its own)
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
