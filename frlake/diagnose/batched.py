@@ -73,7 +73,7 @@ class BatchRelations:
             QUALIFY row_number() OVER (PARTITION BY d.job, d.attempt, d.rank ORDER BY {NEWEST_DUMP}) = 1
             """
         )
-        # every attempt's entries, in the order of the batch's table (each attempt's as load reads them)
+        # every attempt's entries, as its files are read (each attempt's in the order load reads them)
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE {_BATCH.entries} AS
