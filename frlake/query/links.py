@@ -88,28 +88,34 @@ SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATC
 # the attempt. Its collectives: every collective instance of its groups that had sibling groups, with the
 # slowdown of that instance; their slowdowns go in bins of the same round(slowdown, 3), each with its
 # smallest and largest slowdown, from which the report finds the exact (rounded) median over any attempts.
-HOST_LINKS = f"""
+# (HOST_LINKS_OF: of one attempt, ``k`` "" and ``hk`` "", or of each attempt of rows keyed by job and attempt,
+# ``k`` "job, attempt, " and ``hk`` "hosts.job, hosts.attempt, ")
+HOST_LINKS_OF = f"""
     WITH h AS (
-      SELECT unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd WHERE n_groups >= 2 AND slowdown IS NOT NULL
+      SELECT {{k}}unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd
+      WHERE n_groups >= 2 AND slowdown IS NOT NULL
     ), per AS (
-      SELECT host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
-      FROM h GROUP BY host
+      SELECT {{k}}host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
+      FROM h GROUP BY {{k}}host
     ), bins AS (
-      SELECT host, list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
-      FROM (SELECT host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi FROM h GROUP BY ALL)
-      GROUP BY host
+      SELECT {{k}}host,
+             list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
+      FROM (SELECT {{k}}host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi
+            FROM h GROUP BY ALL)
+      GROUP BY {{k}}host
     ), ev AS (
-      SELECT host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
-                        ORDER BY pg_desc, op) AS by_collective
-      FROM (SELECT host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL) GROUP BY host
-    ), hosts AS (SELECT host FROM _wl UNION SELECT host FROM per)
-    SELECT hosts.host, coalesce(per.collectives, 0) AS collectives,
+      SELECT {{k}}host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
+                             ORDER BY pg_desc, op) AS by_collective
+      FROM (SELECT {{k}}host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL) GROUP BY {{k}}host
+    ), hosts AS (SELECT {{k}}host FROM _wl UNION SELECT {{k}}host FROM per)
+    SELECT {{hk}}hosts.host, coalesce(per.collectives, 0) AS collectives,
            coalesce(per.slow_collectives, 0) AS slow_collectives, _wl.watchdog_lag_ms,
            coalesce(bins.slowdowns, []) AS slowdowns, coalesce(ev.by_collective, []) AS by_collective
-    FROM hosts LEFT JOIN _wl USING (host) LEFT JOIN per USING (host) LEFT JOIN bins USING (host)
-    LEFT JOIN ev USING (host)
-    ORDER BY hosts.host
+    FROM hosts LEFT JOIN _wl USING ({{k}}host) LEFT JOIN per USING ({{k}}host) LEFT JOIN bins USING ({{k}}host)
+    LEFT JOIN ev USING ({{k}}host)
+    ORDER BY {{hk}}hosts.host
 """
+HOST_LINKS = HOST_LINKS_OF.format(k="", hk="")
 
 
 def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
@@ -234,40 +240,11 @@ def _keyed(table: pa.Table, columns: pa.Schema) -> pa.Table:
     return table.select(keyed.names).cast(keyed)
 
 
-# HOST_LINKS over the rows of several attempts (keyed by job and attempt): the same rows, attempt by attempt.
-_BATCH_HOST_LINKS = f"""
-    WITH h AS (
-      SELECT job, attempt, unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd
-      WHERE n_groups >= 2 AND slowdown IS NOT NULL
-    ), per AS (
-      SELECT job, attempt, host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
-      FROM h GROUP BY job, attempt, host
-    ), bins AS (
-      SELECT job, attempt, host,
-             list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
-      FROM (SELECT job, attempt, host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi
-            FROM h GROUP BY ALL)
-      GROUP BY job, attempt, host
-    ), ev AS (
-      SELECT job, attempt, host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
-                                      ORDER BY pg_desc, op) AS by_collective
-      FROM (SELECT job, attempt, host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL)
-      GROUP BY job, attempt, host
-    ), hosts AS (SELECT job, attempt, host FROM _wl UNION SELECT job, attempt, host FROM per)
-    SELECT hosts.job, hosts.attempt, hosts.host, coalesce(per.collectives, 0) AS collectives,
-           coalesce(per.slow_collectives, 0) AS slow_collectives, _wl.watchdog_lag_ms,
-           coalesce(bins.slowdowns, []) AS slowdowns, coalesce(ev.by_collective, []) AS by_collective
-    FROM hosts LEFT JOIN _wl USING (job, attempt, host) LEFT JOIN per USING (job, attempt, host)
-    LEFT JOIN bins USING (job, attempt, host) LEFT JOIN ev USING (job, attempt, host)
-    ORDER BY hosts.job, hosts.attempt, hosts.host
-"""
-
-
 def _batch_host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table) -> pa.Table:
     con.register("_cd", durations)
     con.register("_wl", lags)
     try:
-        return con.sql(_BATCH_HOST_LINKS).to_arrow_table()
+        return con.sql(HOST_LINKS_OF.format(k="job, attempt, ", hk="hosts.job, hosts.attempt, ")).to_arrow_table()
     finally:
         con.unregister("_cd")
         con.unregister("_wl")
