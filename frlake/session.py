@@ -503,6 +503,7 @@ class Frlake:
         """Diagnose a batch of small attempts on one connection (frlake.query.batch) and store them
         together (``SummaryWriter.store_many``)."""
         from frlake.diagnose.analyze import diagnose_attempt
+        from frlake.diagnose.batched import BatchRelations
         from frlake.diagnose.evidence import BatchReads
         from frlake.query.batch import AttemptBatch
         from frlake.query.links import BatchSummaries
@@ -516,14 +517,19 @@ class Frlake:
             con.execute("SET threads = 1")
             held, summaries = AttemptBatch(con, files), BatchSummaries(con)
             reads = BatchReads.read(con)
+            together = BatchRelations(con, reads, [key for key in keys if held.signed(key)])
             for job, attempt in keys:
                 revision, _, copies, _ = states[(job, attempt)]
                 claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
                 held.select(job, attempt)
+                if not reads.holds((job, attempt)):
+                    held.hold_entries()
                 diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
                                         claimed=claimed, batch=reads)
-                summaries.keep(job, attempt)
+                if not reads.holds((job, attempt)):  # else its relations are the batch's, kept below
+                    summaries.keep(job, attempt)
                 made.append((diag, revision))
+            summaries.keep_batch(together.entries, together.dumps, together.keys)
             rows = summaries.tables(keys)
         made = [(diag, revision, AttemptSummary(rows[(diag.job, diag.attempt)], (diag.job, diag.attempt) in held.summarised))
                 for diag, revision in made]

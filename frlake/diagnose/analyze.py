@@ -110,8 +110,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
                                                                                           Verdict.INCOMPLETE):
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
-    _attach_stacks(con, diag)
-    _attach_live_stacks(con, diag)
+    _attach_stacks(con, diag, batch)
+    _attach_live_stacks(con, diag, batch)
     diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
@@ -215,10 +215,12 @@ def _entry_of(last, stall) -> dict | None:
     return {"op": last.op, "pg": last.pg, "pg_desc": last.pg_desc, "seq": last.seq}
 
 
-def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
+def _attach_live_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis, batch: BatchReads | None) -> None:
     """Beside its FR stack (its last collective), the culprit's live stack from the torch debug server
     (where it really was: a data loader, a checkpoint), for the root causes."""
     roots = sorted({c.rank for c in diag.culprits if c.role == "root"})
+    if batch is not None and (diag.job, diag.attempt) not in batch.staged:
+        return  # the attempt has none
     live = live_stacks(con, diag.job, diag.attempt, roots)
     for c in diag.culprits:
         if c.role == "root" and c.rank in live:
@@ -242,8 +244,11 @@ def _notes(ev: Evidence) -> list[str]:
     return notes
 
 
-def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis) -> None:
-    frames = stacks(con, [c.stack_id for c in diag.culprits if c.stack_id is not None])
+def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis, batch: BatchReads | None) -> None:
+    ids = [c.stack_id for c in diag.culprits if c.stack_id is not None]
+    known = batch.frames if batch is not None else {}  # read with the batch (BatchReads.frames)
+    frames = {i: known[i] for i in ids if i in known}
+    frames.update(stacks(con, [i for i in ids if i not in known]))
     for c in diag.culprits:
         c.stack = frames.get(c.stack_id) if c.stack_id is not None else None
 

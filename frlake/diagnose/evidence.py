@@ -21,6 +21,7 @@ from frlake.query.vocabulary import (
     STATE_OF,
     UNEVEN,
     Relations,
+    expand_runs,
     listed_members,
     listed_rows,
     member_lists,
@@ -98,6 +99,7 @@ class Evidence:
     names: dict[str, str] = field(default_factory=dict)  # group -> its name, for groups that share a name
     renumbered: list[int] = field(default_factory=list)  # ranks whose seq ids were numbered per group (torchcomms)
     p2p_entries: int | None = None  # sends and recvs that name their peers (None: not counted)
+    batch_rows: BatchRows | None = None  # what the analyses read of its relations, read with its batch's
     world_inferred: list[str] = field(default_factory=list)  # how ranks no dump holds were found (world.py)
 
     def name(self, pg: str | None) -> str | None:
@@ -126,6 +128,22 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     """``batch``: what was read once for all the attempts of the batch the connection holds (:class:`BatchReads`)."""
     params = {"job": job, "attempt": attempt}
     key = (job, attempt)
+    made = batch.made.get(key) if batch is not None and durations else None
+    if made is not None:  # its relations were made with the batch's: views of its rows (frlake.diagnose.batched)
+        rel, several, lists, split, renumbered = made.rel, {}, batch.lists(key), {}, []
+        con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
+        con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
+        read = made.read
+    else:
+        rel, several, read, lists, split, renumbered = _relations(con, params, durations, batch)
+    return _evidence(con, params, rel, several, read, lists, split, renumbered, batch, made)
+
+
+def _relations(con, params: dict, durations: bool, batch: BatchReads | None) -> tuple:
+    """Build the attempt's relations (Relations) on ``con``; returns them with what was read to build them:
+    (rel, several, read, lists, split, renumbered)."""
+    job, attempt = params["job"], params["attempt"]
+    key = (job, attempt)
     several = {} if batch and key not in batch.several else _several(con, params)
     rel = Relations(one_dump_per_rank=not several)
     con.execute(
@@ -142,7 +160,7 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     # every dump of the attempt is read (no rank dumped twice): the batch's reads of its lists hold
     whole = batch is not None and not several
     # the dumps read, fetched once: their hosts, and the sums below
-    read = con.execute(f"SELECT rank, host, first_record_id, n_entries FROM {rel.dumps}").fetchall()
+    read = con.execute(f"SELECT rank, host, first_record_id, n_entries FROM {rel.dumps} ORDER BY rank").fetchall()
     lists = batch.lists(key) if whole else member_lists(con, params, rel)
     split = _group_keys(con, params, rel, lists, named=whole and (key, lists[0]) not in batch.split)
     pg = "coalesce(k.pg, en.pg_name)" if split else "en.pg_name"
@@ -166,18 +184,13 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     con.execute(
         f"""
         {f"CREATE OR REPLACE TABLE {WORK_DB}._e" if kept else f"CREATE OR REPLACE TEMP VIEW {_READ}"} AS
-        SELECT en.rank, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
-               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
-               en.pg_id,
-               en.stack_id, en.p2p_src, en.p2p_dst, {marker} AS marker,
-               {size_sig} AS size_sig, {dtype_sig} AS dtype_sig,
-               en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}
+        SELECT {entry_columns(pg, marker, size_sig, dtype_sig, durations)}
         FROM entries en {keys}
         WHERE en.job = getvariable('{_JOB}') AND en.attempt = getvariable('{_ATTEMPT}') AND {rel.newest('en.')}
         """
     )
     source = f"{WORK_DB}._e" if kept else _READ
-    renumbered = []
+    renumbered: list[int] = []
     if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE desc_is_backend LIMIT 1)").fetchone()[0]:
         renumbered = [r for (r,) in con.execute(_SHARED_COUNTER.format(entries=source)).fetchall()]
     if renumbered:
@@ -201,52 +214,16 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
     # end marker's group and sequence ids) is one call of several ops, compared with the other members'
     # blocks as a whole. Every other collective entry is a call of its own.
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE {rel.blocks} AS
-        SELECT rank, pg_name, seq, coalesce(p2p_seq, -1) AS p2p_seq, min(state) AS state
-        FROM {rel.entries} WHERE marker GROUP BY ALL
-        """
-    )
-    calls = f"""
-        SELECT rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, hash(op) AS type_sig, size_sig, dtype_sig,
-               state
-        FROM {rel.entries} e WHERE NOT is_p2p AND NOT marker
-    """
-    has_blocks = con.execute(f"SELECT count(*) FROM {rel.blocks}").fetchone()[0] > 0
-    if has_blocks:
-        con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _blk_calls AS
-            SELECT e.rank, e.pg_name, min(pg_desc) AS pg_desc, e.seq,
-                   min(entry_index) AS entry_index, min(t) AS t, arg_min(op, entry_index) AS op,
-                   arg_min(stack_id, entry_index) AS stack_id,
-                   hash(sum(hash(op)::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
-                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, min(b.state) AS state
-            FROM {rel.entries} e JOIN (SELECT rank, pg_name, seq, p2p_seq, min(state) AS state FROM {rel.blocks} GROUP BY ALL) b
-              ON {_IN_BLOCK}
-            WHERE NOT is_p2p AND NOT marker
-            GROUP BY e.rank, e.pg_name, e.seq
-            """
-        )
-        calls += f"""
-          AND NOT EXISTS (SELECT 1 FROM {rel.blocks} b WHERE {_IN_BLOCK})
-        UNION ALL SELECT * FROM _blk_calls
-        """
-    con.execute(f"CREATE OR REPLACE TEMP VIEW {rel.calls} AS {calls}")
-    # One row per collective instance (group, seq) with at least two members: shared by
-    # the mismatch and lateness analyses.
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE {rel.instances} AS
-        SELECT pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
-               -- the members' three signatures as one hash: two aggregates instead of six (16.4M calls)
-               min(hash(type_sig, size_sig, dtype_sig)) <> max(hash(type_sig, size_sig, dtype_sig)) AS differ,
-               count(*) FILTER (WHERE state = 'completed') AS n_completed,
-               count(*) FILTER (WHERE state = 'scheduled') AS n_scheduled
-        FROM {rel.calls} GROUP BY pg_name, seq HAVING n > 1
-        """
-    )
+    _rank_groups(con, rel, _calls(con, rel, OneAttempt), OneAttempt)
+    return rel, several, read, lists, split, renumbered
+
+
+def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: list[tuple], lists: tuple[str, str],
+              split: dict[str, str], renumbered: list[int], batch: BatchReads | None, made: BatchRows | None) -> Evidence:
+    """The attempt's evidence, from its relations (``rel``) or, ``made``, from their rows read with the batch's."""
+    job, attempt = params["job"], params["attempt"]
+    key = (job, attempt)
+    whole = batch is not None and not several
     hosts, wrapped = {}, set()
     for rank, host, first_record, _ in read:
         hosts[rank] = host
@@ -254,14 +231,18 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
             wrapped.add(rank)
     group = "coalesce(k.pg, c.pg_name)" if split else "c.pg_name"
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = c.rank AND k.pg_name = c.pg_name" if split else ""
-    members = listed_members(con, params, rel, lists, group, keys)
+    if made is not None:
+        members: dict[str, set[int]] = {}
+        for pg, ranks in made.members[lists[0]]:  # as listed_members reads them
+            members.setdefault(pg, set()).update(expand_runs(ranks) if lists[1] == "rank_runs" else ranks)
+    else:
+        members = listed_members(con, params, rel, lists, group, keys)
     listed = {pg for pg, ranks in members.items() if ranks}
     # the least of the lists' descriptions, whatever order the rows come in
-    desc: dict[str, str | None] = dict(con.execute(
+    desc: dict[str, str | None] = dict(made.desc if made is not None else con.execute(
         f"SELECT {group}, min(c.pg_desc) FROM groups c {keys} WHERE {listed_rows(rel)} GROUP BY ALL", params).fetchall())
-    _rank_groups(con, rel, has_blocks)
     last_seq, first_seq = {}, {}
-    for rank, pg, pg_desc, lo, hi in con.execute(
+    for rank, pg, pg_desc, lo, hi in made.rank_groups if made is not None else con.execute(
         f"""SELECT rank, pg_name, min(pg_desc), min(lo), max(hi) FROM {rel.rank_groups}
             WHERE NOT is_p2p GROUP BY ALL"""
     ).fetchall():
@@ -270,15 +251,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
     last = {}
     # Each rank's first unfinished entry (once something finished), else its last, from its groups' own.
-    for row in con.execute(
-        f"""
-        SELECT rank, r.pg_name, r.pg_desc, r.seq, r.op, r.is_p2p, r.p2p_src, r.p2p_dst, r.state, r.t, r.stack_id
-        FROM (SELECT rank, CASE WHEN bool_or(any_done) AND count(open_at) > 0 THEN arg_min(open_entry, open_at)
-                                ELSE arg_max(last_entry, last_at) END AS r
-              FROM {rel.rank_groups} GROUP BY rank)
-        ORDER BY rank
-        """
-    ).fetchall():
+    for row in made.last if made is not None else con.execute(
+            LAST_ENTRIES.format(k="", rank_groups=rel.rank_groups)).fetchall():
         rank, pg, pg_desc, seq, op, is_p2p, src, dst, state, t, stack_id = row
         peer = None
         if is_p2p and src is not None and dst is not None:
@@ -286,7 +260,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
         elif is_p2p and len(members.get(pg, ())) == 2 and rank in members[pg]:
             peer = min(members[pg] - {rank})  # no peer in the name (torchcomms): a pair's other member
         last[rank] = LastEntry(pg, pg_desc, seq, op, bool(is_p2p), peer, state, t, stack_id)
-    p2p_entries = con.execute(f"SELECT coalesce(sum(n_p2p), 0) FROM {rel.rank_groups}").fetchone()[0]
+    p2p_entries = made.p2p if made is not None else con.execute(
+        f"SELECT coalesce(sum(n_p2p), 0) FROM {rel.rank_groups}").fetchone()[0]
     if any(not n for *_, n in read):  # a dump read has no entries
         _from_pg_status(con, params, rel, members, desc, last_seq, last)
     live_hosts = {} if batch and key not in batch.live else _live_hosts(con, params)
@@ -295,12 +270,13 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     gathered = _gathered(con, params, rel, bool(split), members, desc,
                          batch.gathered.get(key, []) if whole and not split else None)
     world = infer_world(hosts, members, desc, gathered, listed, set(live_hosts))
-    timing = read_timing(con, params, rel, world.members, last_seq)
+    timing = read_timing(con, params, rel, world.members, last_seq, made.timing if made is not None else None)
     return Evidence(job, attempt, hosts, wrapped, {k: sorted(v) for k, v in world.members.items()}, desc,
                     last_seq, first_seq, last, sorted(world.ranks), rel, several, names=split, renumbered=renumbered,
                     world_inferred=world.how,
-                    timing=timing, pending_tail=_pending_tail(con, params, rel),
-                    p2p_entries=p2p_entries,
+                    timing=timing,
+                    pending_tail=pending_tails(made.pending) if made is not None else _pending_tail(con, params, rel),
+                    p2p_entries=p2p_entries, batch_rows=made,
                     progress=batch.progress.get(key, []) if batch else _progress(con, params),
                     live_hosts=live_hosts)
 
@@ -325,6 +301,14 @@ class BatchReads:
     listed: dict[str, dict[tuple[str, int], int]]  # table -> attempt -> its member lists (member_lists)
     split: set[tuple[tuple[str, int], str]]  # (attempt, table) where a name has several member lists
     gathered: dict[tuple[str, int], list[tuple]]  # attempt -> _gathered's (rank, group name, most) of every rank
+    staged: set[tuple[str, int]] = field(default_factory=set)  # the attempts with live stacks live_stacks reads
+    frames: dict[int, list] = field(default_factory=dict)  # the frames of the stacks the batch's entries name
+    # the attempts whose relations were made with the batch's (frlake.diagnose.batched): what load reads of them
+    made: dict[tuple[str, int], BatchRows] = field(default_factory=dict)
+
+    def holds(self, key: tuple[str, int]) -> bool:
+        """Whether the attempt's relations were made with the batch's (then :func:`load` builds none)."""
+        return key in self.made
 
     def lists(self, key: tuple[str, int]) -> tuple[str, str]:
         """member_lists of an attempt whose every dump is read."""
@@ -350,7 +334,30 @@ class BatchReads:
         gathered: dict[tuple[str, int], list[tuple]] = {}
         for job, attempt, *row in con.execute(_GATHERED_BY_RANK).fetchall():
             gathered.setdefault((job, attempt), []).append(tuple(row))
-        return cls(several, live, progress, listed, split, gathered)
+        staged = set(con.execute(f"SELECT DISTINCT job, attempt FROM live_stacks WHERE {_LIVE}").fetchall())
+        frames = {sid: f for sid, f in con.execute(
+            "SELECT stack_id, frames FROM stacks WHERE stack_id IN (SELECT DISTINCT stack_id FROM entries)").fetchall()}
+        return cls(several, live, progress, listed, split, gathered, staged, frames)
+
+
+@dataclass
+class BatchRows:
+    """What load reads of one attempt's relations, read with the batch's (frlake.diagnose.batched): each list
+    in the order load's own statement gives it (where it has one)."""
+
+    rel: Relations  # the attempt's relations: views of the batch's
+    read: list[tuple]  # rank, host, first_record_id, n_entries of each dump read, by rank
+    members: dict[str, list[tuple]]  # member list table -> (group, its listed ranks) as listed_members reads them
+    desc: list[tuple]  # (group, its least listed description)
+    rank_groups: list[tuple]  # (rank, group, description, first seq, last seq)
+    last: list[tuple]  # LAST_ENTRIES, by rank
+    p2p: int
+    timing: list[tuple]  # TIMING_ROWS, by rank
+    pending: list[tuple]  # PENDING_TAIL, by group
+    differ: list[tuple]  # the collective instances (group, seq) whose members' signatures differ (mismatch)
+    p2p_disagree: bool  # whether a send and a recv could disagree (mismatch._P2P_DISAGREE)
+    states: list[tuple]  # mismatch.STATES
+    lateness: object = None  # straggler.Lateness: what straggler.analyze reads (None: it reads its own)
 
 
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
@@ -476,20 +483,118 @@ _GATHERED_BY_RANK = f"""
     SELECT en.job, en.attempt, en.rank, en.pg_name, max({_GATHERED}) FROM entries en WHERE {_GATHERS} GROUP BY ALL
 """
 
+@dataclass(frozen=True)
+class Keys:
+    """Whose rows a relation's statement makes: one attempt's (its relations have no key), or every attempt's
+    of a batch at once, each row keyed by its attempt (frlake.diagnose.batched): ``k`` leads the key columns
+    of a GROUP BY, ``same`` joins two relations' rows of one attempt."""
+
+    columns: tuple[str, ...] = ()
+
+    @property
+    def k(self) -> str:
+        return "".join(f"{c}, " for c in self.columns)
+
+    def same(self, a: str, b: str) -> str:
+        return "".join(f" AND {a}.{c} = {b}.{c}" for c in self.columns)
+
+
+OneAttempt, EveryAttempt = Keys(), Keys(("job", "attempt"))
+
+
+def entry_columns(pg: str, marker: str, size_sig: str, dtype_sig: str, durations: bool) -> str:
+    """What ``rel.entries`` keeps of each entry (``en``), its group read as ``pg``."""
+    return f"""en.rank, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
+               en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
+               en.pg_id,
+               en.stack_id, en.p2p_src, en.p2p_dst, {marker} AS marker,
+               {size_sig} AS size_sig, {dtype_sig} AS dtype_sig,
+               en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}"""
+
+
+def _calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) -> bool:
+    """Build ``rel.blocks``, ``rel.calls`` and ``rel.instances`` from ``rel.entries``; whether any coalesced
+    block is there. ``blocked``: whether one is, known already (else counted)."""
+    # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
+    # end marker's group and sequence ids) is one call of several ops, compared with the other members'
+    # blocks as a whole. Every other collective entry is a call of its own.
+    k, in_block = keys.k, _IN_BLOCK + keys.same("b", "e")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {rel.blocks} AS
+        SELECT {k}rank, pg_name, seq, coalesce(p2p_seq, -1) AS p2p_seq, min(state) AS state
+        FROM {rel.entries} WHERE marker GROUP BY ALL
+        """
+    )
+    calls = f"""
+        SELECT {k}rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, hash(op) AS type_sig, size_sig,
+               dtype_sig, state
+        FROM {rel.entries} e WHERE NOT is_p2p AND NOT marker
+    """
+    has_blocks = blocked if blocked is not None else con.execute(
+        f"SELECT count(*) FROM {rel.blocks}").fetchone()[0] > 0
+    if has_blocks:
+        block_calls = f"{rel.blocks}_calls"
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE {block_calls} AS
+            SELECT {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name, min(pg_desc) AS pg_desc, e.seq,
+                   min(entry_index) AS entry_index, min(t) AS t, arg_min(op, entry_index) AS op,
+                   arg_min(stack_id, entry_index) AS stack_id,
+                   hash(sum(hash(op)::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
+                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, min(b.state) AS state
+            FROM {rel.entries} e JOIN (SELECT {k}rank, pg_name, seq, p2p_seq, min(state) AS state FROM {rel.blocks}
+                                       GROUP BY ALL) b
+              ON {in_block}
+            WHERE NOT is_p2p AND NOT marker
+            GROUP BY {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name, e.seq
+            """
+        )
+        calls += f"""
+          AND NOT EXISTS (SELECT 1 FROM {rel.blocks} b WHERE {in_block})
+        UNION ALL SELECT * FROM {block_calls}
+        """
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {rel.calls} AS {calls}")
+    # One row per collective instance (group, seq) with at least two members: shared by
+    # the mismatch and lateness analyses.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {rel.instances} AS
+        SELECT {k}pg_name, seq, count(*) AS n, min(t) AS t0, max(t) AS t1,
+               -- the members' three signatures as one hash: two aggregates instead of six (16.4M calls)
+               min(hash(type_sig, size_sig, dtype_sig)) <> max(hash(type_sig, size_sig, dtype_sig)) AS differ,
+               count(*) FILTER (WHERE state = 'completed') AS n_completed,
+               count(*) FILTER (WHERE state = 'scheduled') AS n_scheduled
+        FROM {rel.calls} GROUP BY {k}pg_name, seq HAVING n > 1
+        """
+    )
+    return has_blocks
+
+
+# Each rank's first unfinished entry (once something finished), else its last, from its groups' own
+# (``rank_groups``), of one attempt (``k`` "") or of each (``k`` "job, attempt, ").
+LAST_ENTRIES = """
+    SELECT {k}rank, r.pg_name, r.pg_desc, r.seq, r.op, r.is_p2p, r.p2p_src, r.p2p_dst, r.state, r.t, r.stack_id
+    FROM (SELECT {k}rank, CASE WHEN bool_or(any_done) AND count(open_at) > 0 THEN arg_min(open_entry, open_at)
+                               ELSE arg_max(last_entry, last_at) END AS r
+          FROM {rank_groups} GROUP BY {k}rank)
+    ORDER BY {k}rank
+"""
+
 # The sends and recvs whose names carry their peers (the only ones a send can be paired with its recv by).
 P2P_NAMED = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL"
 # The entries whose newest collective a rank may hold pending: its own state, not its block's (_rank_groups).
 _PENDING = "NOT coalesce(is_p2p, false) AND seq IS NOT NULL AND coalesce(entry_state, '') <> 'completed'"
 
 
-def _rank_groups(con, rel: Relations, has_blocks: bool) -> None:
+def _rank_groups(con, rel: Relations, has_blocks: bool, keys: Keys) -> None:
     """One pass over the attempt's entries for what the diagnosis reads per rank and group (``rel.rank_groups``,
     keyed by rank, group, rank-local pg id and is_p2p): the first and last sequence ids, the first unfinished
     entry and the last one (by entry index, so each rank's own follow from its groups'), the sends and recvs
     that name their peers, and the newest collective pending by the entry's own state (with its op and
     description). At 16,384 ranks four passes over 16M entries (3.8 s) became this one (2.9 s)."""
     entry = "struct_pack(pg_name, pg_desc, seq, op, is_p2p, p2p_src, p2p_dst, state, t, stack_id)"
-    blocks = f"LEFT JOIN {rel.blocks} b ON {_IN_BLOCK}" if has_blocks else ""
+    blocks = f"LEFT JOIN {rel.blocks} b ON {_IN_BLOCK}{keys.same('b', 'e')}" if has_blocks else ""
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE {rel.rank_groups} AS
@@ -498,7 +603,7 @@ def _rank_groups(con, rel: Relations, has_blocks: bool) -> None:
                  e.state AS entry_state
           FROM {rel.entries} e {blocks} WHERE NOT e.marker
         ), g AS (
-          SELECT rank, pg_name, is_p2p, pg_id, min(pg_desc) AS pg_desc, min(seq) AS lo, max(seq) AS hi,
+          SELECT {keys.k}rank, pg_name, is_p2p, pg_id, min(pg_desc) AS pg_desc, min(seq) AS lo, max(seq) AS hi,
                  bool_or(state = 'completed') AS any_done,
                  min(entry_index) FILTER (WHERE state <> 'completed') AS open_at,
                  arg_min({entry}, entry_index) FILTER (WHERE state <> 'completed') AS open_entry,
@@ -508,7 +613,7 @@ def _rank_groups(con, rel: Relations, has_blocks: bool) -> None:
                  min(struct_pack(neg := -seq, op := op)) FILTER (WHERE {_PENDING}) AS pending_op,
                  min(struct_pack(neg := -seq, d := pg_desc)) FILTER (WHERE {_PENDING} AND pg_desc IS NOT NULL)
                    AS pending_desc
-          FROM s GROUP BY rank, pg_name, is_p2p, pg_id
+          FROM s GROUP BY {keys.k}rank, pg_name, is_p2p, pg_id
         )
         SELECT * REPLACE (pending_op.op AS pending_op,
                           CASE WHEN pending_desc.neg = -pending_seq THEN pending_desc.d END AS pending_desc)
@@ -522,22 +627,29 @@ def _pending_tail(con, params, rel: Relations) -> dict[str, PendingTail]:
     the pg_status counter of gloo, whose entries stay "scheduled"), and the members that hold it: from each
     rank's newest pending collective per group and pg id (``rel.rank_groups``), which holds the group's
     newest wherever the rank holds it."""
-    rows = con.execute(
-        f"""
-        WITH p AS (  -- groups keyed by members, torchcomms' ids renumbered
-          SELECT g.rank, g.pg_name, g.pending_desc AS pg_desc, g.pending_seq AS seq, g.pending_op AS op
-          FROM {rel.rank_groups} g
-          LEFT JOIN (SELECT d.rank, p.pg_id, p.last_completed_collective  -- of the dump read for each rank
-                     FROM pg_status p JOIN {rel.dumps} d USING (dump_id) WHERE p.job = $job AND p.attempt = $attempt) s
-            ON s.rank = g.rank AND s.pg_id = CAST(g.pg_id AS VARCHAR)
-          WHERE g.pending_seq IS NOT NULL AND NOT coalesce(g.pending_seq <= s.last_completed_collective, false)
-        ), top AS (SELECT pg_name, max(seq) AS seq FROM p GROUP BY pg_name)
-        SELECT p.pg_name, min(p.pg_desc), p.seq, min(p.op), list(DISTINCT p.rank ORDER BY p.rank)
-        FROM p JOIN top USING (pg_name, seq) GROUP BY p.pg_name, p.seq ORDER BY p.pg_name
-        """,
-        params,
-    ).fetchall()
+    sql = PENDING_TAIL.format(k="", gk="", pk="", same="", rank_groups=rel.rank_groups, dumps=rel.dumps,
+                              where="WHERE p.job = $job AND p.attempt = $attempt")
+    return pending_tails(con.execute(sql, params).fetchall())
+
+
+def pending_tails(rows: list[tuple]) -> dict[str, PendingTail]:
     return {pg: PendingTail(pg, desc, seq, op, ranks) for pg, desc, seq, op, ranks in rows}
+
+
+# _pending_tail's rows, of one attempt or of each (``k`` "job, attempt, ", ``gk``/``pk`` the same keys of g and p,
+# ``same`` the join of an attempt's rows, ``where`` the attempt's pg_status)
+PENDING_TAIL = """
+    WITH p AS (  -- groups keyed by members, torchcomms' ids renumbered
+      SELECT {gk}g.rank, g.pg_name, g.pending_desc AS pg_desc, g.pending_seq AS seq, g.pending_op AS op
+      FROM {rank_groups} g
+      LEFT JOIN (SELECT {pk}d.rank, p.pg_id, p.last_completed_collective  -- of the dump read for each rank
+                 FROM pg_status p JOIN {dumps} d USING ({k}dump_id) {where}) s
+        ON s.rank = g.rank AND s.pg_id = CAST(g.pg_id AS VARCHAR){same}
+      WHERE g.pending_seq IS NOT NULL AND NOT coalesce(g.pending_seq <= s.last_completed_collective, false)
+    ), top AS (SELECT {k}pg_name, max(seq) AS seq FROM p GROUP BY {k}pg_name)
+    SELECT {k}p.pg_name, min(p.pg_desc), p.seq, min(p.op), list(DISTINCT p.rank ORDER BY p.rank)
+    FROM p JOIN top USING ({k}pg_name, seq) GROUP BY {k}p.pg_name, p.seq ORDER BY {k}p.pg_name
+"""
 
 
 # Each rank's snapshots (ranks with several), of one attempt (keys "") or of each of them (keys "job, attempt,").
@@ -570,15 +682,18 @@ def _live_hosts(con, params) -> dict[int, str]:
            WHERE job = $job AND attempt = $attempt AND host IS NOT NULL GROUP BY rank""", params).fetchall())
 
 
+_LIVE = "depth > 0 AND NOT current"  # the live stacks live_stacks reads (a thread with frames, not the handler's)
+
+
 def live_stacks(con: duckdb.DuckDBPyConnection, job: str, attempt: int, ranks: list[int]) -> dict[int, dict]:
     """Each rank's newest live stack from the debug server: its working thread (py-spy's MainThread, else
     the last thread faulthandler lists that is not the handler's own and has frames)."""
     if not ranks:
         return {}
     rows = con.execute(
-        """
+        f"""
         SELECT rank, host, snapshot_ns, source, source_path, thread, frames FROM live_stacks
-        WHERE job = $job AND attempt = $attempt AND rank IN (SELECT unnest($ranks)) AND depth > 0 AND NOT current
+        WHERE job = $job AND attempt = $attempt AND rank IN (SELECT unnest($ranks)) AND {_LIVE}
         QUALIFY row_number() OVER (PARTITION BY rank ORDER BY snapshot_ns DESC NULLS LAST, source_path DESC,
                                    (thread LIKE '%"MainThread"%') DESC, thread_index DESC) = 1
         """,
@@ -655,8 +770,16 @@ def temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, pa.
     16,384-rank attempt."""
     data = pa.table({c: pa.array([r[i] for r in rows], t) for i, (c, t) in enumerate(columns.items())})
     source = f"{name}_rows"
+    finish(con)
     con.register(source, data)
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {source}")
     finally:
         con.unregister(source)
+
+
+def finish(con: duckdb.DuckDBPyConnection) -> None:
+    """Run a result left unread (a fetchone) to its end: DuckDB 2 registers nothing on a connection that
+    has one (a statement would have discarded it)."""
+    if hasattr(con, "complete"):
+        con.complete()

@@ -50,28 +50,28 @@ def states(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
     member completes before every member launched it, and a group's work runs
     in order, so those records contradict the others. (At a rank's newest
     collective "scheduled" only means the watchdog had not looked yet.)"""
-    rel = ev.rel
-    rows = con.execute(
-        f"""
-        SELECT c.rank, c.pg_name, c.pg_desc, c.seq, c.op, c.t, c.stack_id
-        FROM {rel.calls} c JOIN {rel.instances} i USING (pg_name, seq)
-        WHERE c.state = 'scheduled' AND i.n_completed > i.n_scheduled
-          AND c.seq < (SELECT max(l.seq) FROM {rel.calls} l WHERE l.rank = c.rank AND l.pg_name = c.pg_name)
-        ORDER BY c.t, c.rank, c.pg_name, c.seq
-        """
-    ).fetchall()
+    rows = ev.batch_rows.states if ev.batch_rows is not None else con.execute(
+        STATES.format(k="", ck="", same="", calls=ev.rel.calls, instances=ev.rel.instances)).fetchall()
     return [Mismatch(rank, "state_mismatch", pg, desc, seq, op, "completed", "scheduled", t, stack_id)
             for rank, pg, desc, seq, op, t, stack_id in rows]
+
+
+# states' rows, of one attempt or of each (``k`` "job, attempt, ", ``ck`` the same of c, ``same`` l's of c's attempt)
+STATES = """
+    SELECT {ck}c.rank, c.pg_name, c.pg_desc, c.seq, c.op, c.t, c.stack_id
+    FROM {calls} c JOIN {instances} i USING ({k}pg_name, seq)
+    WHERE c.state = 'scheduled' AND i.n_completed > i.n_scheduled
+      AND c.seq < (SELECT max(l.seq) FROM {calls} l WHERE l.rank = c.rank AND l.pg_name = c.pg_name{same})
+    ORDER BY {ck}c.t, c.rank, c.pg_name, c.seq
+"""
 
 
 _INSTANCE = {"pg_name": pa.string(), "seq": pa.int64()}  # a temporary table of collective instances
 
 
 def _collectives(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismatch]:
-    candidates = {
-        (pg, seq)
-        for pg, seq in con.execute(f"SELECT pg_name, seq FROM {ev.rel.instances} WHERE differ").fetchall()
-    }
+    candidates = set(ev.batch_rows.differ if ev.batch_rows is not None else con.execute(
+        f"SELECT pg_name, seq FROM {ev.rel.instances} WHERE differ").fetchall())
     # A member's last collective where a peer never arrived (or left no dump): only siblings can judge it.
     for pg, members in ev.members.items():
         lasts = [ev.last_seq.get((m, pg), -1) if m in ev.hosts else -1 for m in members]
@@ -251,11 +251,12 @@ _CHANGED = """(EXISTS (SELECT 1 FROM p o WHERE o.rank = {x}.rank AND o.pg_name =
                       AND o.size_sig = {x}.size_sig AND o.dtype_sig = {x}.dtype_sig))"""
 # Whether any send and recv could disagree: a pair shares its group, p2p sequence id, source and destination,
 # so one of these keys holds two signatures. Mostly none does, and the pairing below is not run.
-_P2P_DISAGREE = f"""
-    SELECT count(*) FROM (
-      SELECT 1 FROM {{entries}} WHERE {P2P_NAMED} GROUP BY pg_name, p2p_seq, p2p_src, p2p_dst
-      HAVING min(hash(size_sig, dtype_sig)) <> max(hash(size_sig, dtype_sig)) LIMIT 1)
+# (P2P_KEYS_DISAGREE: those keys, of one attempt or of each, ``k`` "job, attempt, ")
+P2P_KEYS_DISAGREE = f"""
+    SELECT {{k}}pg_name FROM {{entries}} WHERE {P2P_NAMED} GROUP BY {{k}}pg_name, p2p_seq, p2p_src, p2p_dst
+    HAVING min(hash(size_sig, dtype_sig)) <> max(hash(size_sig, dtype_sig))
 """
+_P2P_DISAGREE = f"SELECT count(*) FROM ({P2P_KEYS_DISAGREE.format(k='', entries='{entries}')} LIMIT 1)"
 _P2P_PAIRS = f"""
     WITH p AS (
       SELECT *, op IN ('send', 'isend') AS sends,
@@ -280,7 +281,10 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, ev: Evidence) -> list[Mismat
     out = []
     if ev.p2p_entries == 0:  # counted by evidence.load: no send or recv names its peer
         return out
-    if not con.execute(_P2P_DISAGREE.replace("{entries}", ev.rel.entries)).fetchone()[0]:
+    if ev.batch_rows is not None:
+        if not ev.batch_rows.p2p_disagree:
+            return out
+    elif not con.execute(_P2P_DISAGREE.replace("{entries}", ev.rel.entries)).fetchone()[0]:
         return out
     for row in con.execute(_P2P_PAIRS.replace("{entries}", ev.rel.entries)).fetchall():
         sender, receiver, pg, desc, seq, sizes, dtypes, s_t, r_t, s_stack, r_stack, s_i, r_i, s_changed, r_changed = row

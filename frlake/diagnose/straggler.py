@@ -81,39 +81,63 @@ class Straggler:
 
 TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
 
-_LATENESS = """
-    CREATE OR REPLACE TEMP TABLE _late AS
-    SELECT c.rank, c.t, c.t - m.t0 AS late, c.t = m.t1 AND m.t1 > m.t0 AS last,
+# Each member's lateness at each collective instance, of one attempt (``k`` and ``ck`` "") or of each ("job,
+# attempt, " and "c.job, c.attempt, ").
+LATENESS = """
+    CREATE OR REPLACE TEMP TABLE {late} AS
+    SELECT {ck}c.rank, c.t, c.t - m.t0 AS late, c.t = m.t1 AND m.t1 > m.t0 AS last,
            c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
-    FROM {calls} c JOIN {instances} m USING (pg_name, seq)
+    FROM {calls} c JOIN {instances} m USING ({k}pg_name, seq)
 """
+# RankLateness of each rank
+LATENESS_STATS = """
+    SELECT {k}rank, count(*), count(*) FILTER (WHERE last),
+           quantile_cont(late, 0.5) / 1e6, quantile_cont(late, 0.9) / 1e6, max(late) / 1e6
+    FROM {late} GROUP BY {k}rank ORDER BY {k}rank
+"""
+# the late arrivals, later than the attempt's threshold ({threshold}: $threshold, or a column joined)
+LATE_EVENTS = """
+    SELECT {k}t, late, rank, pg_name, pg_desc, seq, op, stack_id FROM {late} WHERE late > {threshold}
+    ORDER BY {k}t, rank, pg_name, seq
+"""
+LATE_SPAN = "SELECT {k}max(t) - min(t) FROM {late}"
+_LATE = "_late"  # an attempt's lateness (LATENESS)
+
+
+@dataclass
+class Lateness:
+    """What :func:`analyze` reads of an attempt's lateness, read with its batch's (frlake.diagnose.batched):
+    ``table`` holds its rows (a view of the batch's)."""
+
+    table: str
+    stats: list[tuple]  # LATENESS_STATS
+    events: list[tuple]  # LATE_EVENTS at the attempt's threshold()
+    span: int | None  # LATE_SPAN
+
+
+def threshold(stats: dict[int, RankLateness]) -> float:
+    """The lateness from which an arrival counts as late: NOISE_FACTOR x the typical lateness, leaving out the
+    latest rank (with two ranks a straggler would set it itself), and at least MIN_LATENESS_NS."""
+    p50s = sorted(s.late_p50_ms for s in stats.values())
+    typical = statistics.median(p50s[:-1] if len(p50s) > 1 else p50s) * 1e6
+    return max(MIN_LATENESS_NS, NOISE_FACTOR * typical)
 
 
 def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
             min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
     """The straggler (or None) and the lateness of the notable ranks."""
-    con.execute(_LATENESS.format(calls=ev.rel.calls, instances=ev.rel.instances))
+    read: Lateness | None = ev.batch_rows.lateness if ev.batch_rows is not None else None
+    if read is None:
+        con.execute(LATENESS.format(late=_LATE, k="", ck="", calls=ev.rel.calls, instances=ev.rel.instances))
+    table = read.table if read is not None else _LATE
     stats = {
         r[0]: RankLateness(*r)
-        for r in con.execute(
-            """
-            SELECT rank, count(*), count(*) FILTER (WHERE last),
-                   quantile_cont(late, 0.5) / 1e6, quantile_cont(late, 0.9) / 1e6, max(late) / 1e6
-            FROM _late GROUP BY rank ORDER BY rank
-            """
-        ).fetchall()
+        for r in (read.stats if read is not None else con.execute(LATENESS_STATS.format(k="", late=table)).fetchall())
     }
     if not stats:
         return None, []
-    # the typical lateness, leaving out the latest rank (with two ranks a straggler would set it itself)
-    p50s = sorted(s.late_p50_ms for s in stats.values())
-    typical = statistics.median(p50s[:-1] if len(p50s) > 1 else p50s) * 1e6
-    threshold = max(MIN_LATENESS_NS, NOISE_FACTOR * typical)
-    events = con.execute(
-        """SELECT t, late, rank, pg_name, pg_desc, seq, op, stack_id FROM _late WHERE late > $threshold
-           ORDER BY t, rank, pg_name, seq""",
-        {"threshold": threshold},
-    ).fetchall()
+    events = read.events if read is not None else con.execute(
+        LATE_EVENTS.format(k="", late=table, threshold="$threshold"), {"threshold": threshold(stats)}).fetchall()
     times = [row[0] for row in events]
     roots: dict[int, list[tuple]] = {}
     total = 0
@@ -140,16 +164,16 @@ def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
     # the rank with the most is picked among all: the chance is for any of them (Bonferroni)
     p_value = min(1.0, len(stats) * binomial_tail(len(rows), total, stats[rank].collectives / calls))
     others = [r[1] for other, late in roots.items() if other != rank for r in late]
-    center, spread = _robust(others) if len(others) >= min_events else _others_lateness(con, rank)
+    center, spread = _robust(others) if len(others) >= min_events else _others_lateness(con, rank, table)
     effect = (statistics.median(r[1] for r in rows) - center) / max(spread, MIN_JITTER_NS)
-    span = con.execute("SELECT max(t) - min(t) FROM _late").fetchone()[0] or 0
+    span = (read.span if read is not None else con.execute(LATE_SPAN.format(k="", late=table)).fetchone()[0]) or 0
     share = sum(r[1] for r in rows) / span if span > 0 else 0.0
     if p_value > MAX_P_VALUE or effect < MIN_EFFECT or share < MIN_SHARE:
         return None, notable  # one rank holds the most late arrivals, but jitter explains them as well
     first = rows[0]
     straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6],
                           first[7], p_value=float(f"{p_value:.3g}"), effect_size=round(effect, 1),
-                          step_ms=_step_ms(con, first[3]), share=round(share, 3))
+                          step_ms=_step_ms(con, first[3], table), share=round(share, 3))
     return straggler, notable
 
 
@@ -159,24 +183,24 @@ def _robust(values: list[int]) -> tuple[float, float]:
     return float(median), 1.4826 * float(statistics.median(abs(v - median) for v in values))
 
 
-def _others_lateness(con: duckdb.DuckDBPyConnection, rank: int) -> tuple[float, float]:
+def _others_lateness(con: duckdb.DuckDBPyConnection, rank: int, late: str) -> tuple[float, float]:
     """The other ranks' median lateness and its robust spread (1.4826 x the median absolute deviation)."""
     median, mad = con.execute(
-        """WITH o AS (SELECT late FROM _late WHERE rank <> $rank), m AS (SELECT median(late) AS med FROM o)
+        f"""WITH o AS (SELECT late FROM {late} WHERE rank <> $rank), m AS (SELECT median(late) AS med FROM o)
            SELECT m.med, median(abs(o.late - m.med)) FROM o, m GROUP BY m.med""",
         {"rank": rank},
     ).fetchone() or (0.0, 0.0)
     return float(median or 0.0), 1.4826 * float(mad or 0.0)
 
 
-def _step_ms(con: duckdb.DuckDBPyConnection, pg: str | None) -> float | None:
+def _step_ms(con: duckdb.DuckDBPyConnection, pg: str | None, late: str) -> float | None:
     """The attempt's step, seen from the straggler's group: the median gap between consecutive calls of one
     collective from one call site (a training loop calls each site once a step)."""
     gap = con.execute(
-        """SELECT median(t0 - prev) / 1e6 FROM (
+        f"""SELECT median(t0 - prev) / 1e6 FROM (
              SELECT t0, lag(t0) OVER (PARTITION BY site ORDER BY seq) AS prev FROM (
                SELECT seq, min(t) AS t0, min(op) || ':' || coalesce(min(stack_id)::VARCHAR, '') AS site
-               FROM _late WHERE pg_name = $pg GROUP BY seq))
+               FROM {late} WHERE pg_name = $pg GROUP BY seq))
            WHERE prev IS NOT NULL""",
         {"pg": pg},
     ).fetchone()[0]

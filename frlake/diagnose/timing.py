@@ -51,22 +51,25 @@ class Timing:
                 **({"failed_collective": self.failed} if self.failed else {})}
 
 
-def read_timing(con, params, rel: Relations, members: dict[str, set[int]],
-                last_seq: dict[tuple[int, str], int]) -> Timing:
-    """What the attempt's dumps' times say (its ``members``, the world's groups, and ``last_seq``, each rank's
-    last collective per group, tell a failed collective)."""
-    timeout_ns = "coalesce(timeout_ms, 0) * 1000000"
-    rows = con.execute(
-        f"""SELECT rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from,
+_TIMEOUT_NS = "coalesce(timeout_ms, 0) * 1000000"
+# What read_timing reads of each dump read (``dumps``), of one attempt (``k`` "") or of each ("job, attempt, ").
+TIMING_ROWS = f"""SELECT {{k}}rank, n_pending, oldest_pending_ns, timeout_ms, written_ns, overdue, written_from,
                    CASE WHEN NOT coalesce(overdue, false) THEN NULL  -- how it is known (Timing.overdue_from)
                         WHEN written_from = 'file_name' THEN 'file_name'
-                        WHEN snapshot_from = 'newest_entry' AND snapshot_ns - oldest_pending_ns > {timeout_ns}
+                        WHEN snapshot_from = 'newest_entry' AND snapshot_ns - oldest_pending_ns > {_TIMEOUT_NS}
                           THEN 'entries'
                         WHEN snapshot_from = 'newest_entry'
-                          AND written_ns - snapshot_ns > 2 * {timeout_ns} + {MTIME_SLACK_NS} THEN 'mtime_after_copy'
+                          AND written_ns - snapshot_ns > 2 * {_TIMEOUT_NS} + {MTIME_SLACK_NS} THEN 'mtime_after_copy'
                         ELSE 'mtime' END
-            FROM {rel.dumps} ORDER BY rank"""
-    ).fetchall()
+            FROM {{dumps}} ORDER BY {{k}}rank"""
+
+
+def read_timing(con, params, rel: Relations, members: dict[str, set[int]],
+                last_seq: dict[tuple[int, str], int], rows: list[tuple] | None = None) -> Timing:
+    """What the attempt's dumps' times say (its ``members``, the world's groups, and ``last_seq``, each rank's
+    last collective per group, tell a failed collective). ``rows``: its TIMING_ROWS, read already."""
+    if rows is None:
+        rows = con.execute(TIMING_ROWS.format(k="", dumps=rel.dumps)).fetchall()
     pending = [r for r in rows if r[1]]
     overdue = [r for r in rows if r[5]]
     # a snapshot at work: something is pending, and each rank's pending collectives are known to be younger

@@ -39,10 +39,29 @@ class AttemptBatch:
         # connection over its own files reads them
         # (sorted by attempt, so that a query of one attempt finds its rows together; a table, not a view
         # over it, so that each query binds one name)
-        for name in sorted({f.table for f in files if f.job is not None}):
-            con.execute(f"CREATE TABLE __batch_{name} AS SELECT * FROM {name} ORDER BY job, attempt")
-            con.execute(f"DROP VIEW {name}")
-            con.execute(f"ALTER TABLE __batch_{name} RENAME TO {name}")
+        # The entries only when an attempt reads them on its own (:meth:`hold_entries`): a batch's statements
+        # (frlake.diagnose.batched) read the few columns they need from the files once, where holding every
+        # column of every entry cost more than all of them.
+        self._views = sorted({f.table for f in files if f.job is not None})
+        for name in self._views:
+            if name != "entries":
+                self._hold(name)
+
+    def _hold(self, name: str) -> None:
+        if name in self._views:
+            self.con.execute(f"CREATE TABLE __batch_{name} AS SELECT * FROM {name} ORDER BY job, attempt")
+            self.con.execute(f"DROP VIEW {name}")
+            self.con.execute(f"ALTER TABLE __batch_{name} RENAME TO {name}")
+            self._views.remove(name)
+
+    def hold_entries(self) -> None:
+        """Hold the entries' rows in memory too (once): before an attempt whose diagnosis reads its entries
+        statement by statement."""
+        self._hold("entries")
+
+    def signed(self, key: tuple[str, int]) -> bool:
+        """Whether every entries file of the attempt stores the entries' signatures (schema version 2)."""
+        return self._versions.get(key, {}).get("entries", schema.schema_version("entries")) >= 2
 
     def select(self, job: str, attempt: int) -> None:
         """Make the connection read as one over this attempt's files would: the schema variables (a

@@ -88,28 +88,34 @@ SUMMARIES = {"collective_durations": COLLECTIVE_DURATIONS, "watchdog_lags": WATC
 # the attempt. Its collectives: every collective instance of its groups that had sibling groups, with the
 # slowdown of that instance; their slowdowns go in bins of the same round(slowdown, 3), each with its
 # smallest and largest slowdown, from which the report finds the exact (rounded) median over any attempts.
-HOST_LINKS = f"""
+# (HOST_LINKS_OF: of one attempt, ``k`` "" and ``hk`` "", or of each attempt of rows keyed by job and attempt,
+# ``k`` "job, attempt, " and ``hk`` "hosts.job, hosts.attempt, ")
+HOST_LINKS_OF = f"""
     WITH h AS (
-      SELECT unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd WHERE n_groups >= 2 AND slowdown IS NOT NULL
+      SELECT {{k}}unnest(hosts) AS host, pg_desc, op, slowdown AS ratio FROM _cd
+      WHERE n_groups >= 2 AND slowdown IS NOT NULL
     ), per AS (
-      SELECT host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
-      FROM h GROUP BY host
+      SELECT {{k}}host, count(*) AS collectives, count(*) FILTER (WHERE ratio >= {SLOW}) AS slow_collectives
+      FROM h GROUP BY {{k}}host
     ), bins AS (
-      SELECT host, list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
-      FROM (SELECT host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi FROM h GROUP BY ALL)
-      GROUP BY host
+      SELECT {{k}}host,
+             list(struct_pack(slowdown := b, collectives := n, low := lo, high := hi) ORDER BY b) AS slowdowns
+      FROM (SELECT {{k}}host, round(ratio, 3) AS b, count(*) AS n, min(ratio) AS lo, max(ratio) AS hi
+            FROM h GROUP BY ALL)
+      GROUP BY {{k}}host
     ), ev AS (
-      SELECT host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
-                        ORDER BY pg_desc, op) AS by_collective
-      FROM (SELECT host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL) GROUP BY host
-    ), hosts AS (SELECT host FROM _wl UNION SELECT host FROM per)
-    SELECT hosts.host, coalesce(per.collectives, 0) AS collectives,
+      SELECT {{k}}host, list(struct_pack(pg_desc := pg_desc, op := op, collectives := n, slowdown := r)
+                             ORDER BY pg_desc, op) AS by_collective
+      FROM (SELECT {{k}}host, pg_desc, op, count(*) AS n, median(ratio) AS r FROM h GROUP BY ALL) GROUP BY {{k}}host
+    ), hosts AS (SELECT {{k}}host FROM _wl UNION SELECT {{k}}host FROM per)
+    SELECT {{hk}}hosts.host, coalesce(per.collectives, 0) AS collectives,
            coalesce(per.slow_collectives, 0) AS slow_collectives, _wl.watchdog_lag_ms,
            coalesce(bins.slowdowns, []) AS slowdowns, coalesce(ev.by_collective, []) AS by_collective
-    FROM hosts LEFT JOIN _wl USING (host) LEFT JOIN per USING (host) LEFT JOIN bins USING (host)
-    LEFT JOIN ev USING (host)
-    ORDER BY hosts.host
+    FROM hosts LEFT JOIN _wl USING ({{k}}host) LEFT JOIN per USING ({{k}}host) LEFT JOIN bins USING ({{k}}host)
+    LEFT JOIN ev USING ({{k}}host)
+    ORDER BY {{hk}}hosts.host
 """
+HOST_LINKS = HOST_LINKS_OF.format(k="", hk="")
 
 
 def summary_tables(con: duckdb.DuckDBPyConnection, rel: Relations | None = None) -> dict[str, pa.Table]:
@@ -142,6 +148,18 @@ _KEEP_TIMED = """
            e.watchdog_lag_ms, h.hid, h.host
     FROM {entries} e JOIN (""" + _HOST_IDS + """) h USING (rank)
     LEFT JOIN (SELECT DISTINCT pg, pg_name FROM {group_keys}) k ON k.pg = e.pg_name
+    WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
+"""
+# _KEEP_TIMED of the attempts ($jobs, $attempts), from relations of several attempts keyed by job and attempt (their
+# groups are their names: no group keys)
+_KEEP_TIMED_BATCH = """
+    INSERT INTO {kept}
+    SELECT e.job, e.attempt, e.pg_name, e.pg_name, e.pg_desc, e.seq, e.op, e.duration_ms, e.watchdog_lag_ms, h.hid,
+           h.host
+    FROM {entries} e
+    JOIN (SELECT job, attempt, rank, host, dense_rank() OVER (PARTITION BY job, attempt ORDER BY host) AS hid
+          FROM {dumps} JOIN (SELECT unnest($jobs) AS job, unnest($attempts) AS attempt) USING (job, attempt)) h
+      USING (job, attempt, rank)
     WHERE e.duration_ms > 0 AND NOT e.is_p2p AND e.state = 'completed' AND e.seq IS NOT NULL
 """
 _BATCH_DURATIONS = """
@@ -187,21 +205,49 @@ class BatchSummaries:
         self.con.execute(_KEEP_TIMED.format(kept=_BATCH_TIMED, entries=rel.entries, dumps=rel.dumps,
                                             group_keys=rel.group_keys), {"job": job, "attempt": attempt})
 
+    def keep_batch(self, entries: str, dumps: str, keys: list[tuple[str, int]]) -> None:
+        """Keep the timed entries of ``keys``, attempts whose relations were made together (``entries`` and
+        ``dumps`` keyed by job and attempt: frlake.diagnose.batched), as :meth:`keep` keeps one's."""
+        if keys:
+            self.con.execute(_KEEP_TIMED_BATCH.format(kept=_BATCH_TIMED, entries=entries, dumps=dumps),
+                             {"jobs": [job for job, _ in keys], "attempts": [attempt for _, attempt in keys]})
+
     def tables(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, pa.Table]]:
         """Each of ``keys``' rows of the summary tables, in their schemas."""
         from frlake import schema
 
         out: dict[tuple[str, int], dict[str, pa.Table]] = {key: {} for key in keys}
+        whole = {}  # each table's rows of every attempt, keyed (job, attempt), in its schema
         for name, sql in (("collective_durations", _BATCH_DURATIONS), ("watchdog_lags", _BATCH_LAGS)):
-            table = self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table()
+            whole[name] = _keyed(self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table(), schema.TABLES[name])
+        # host_links of every attempt from those two, by one statement (as host_links makes an attempt's)
+        whole["host_links"] = _keyed(_batch_host_links(self.con, whole["collective_durations"],
+                                                       whole["watchdog_lags"]), schema.HOST_LINKS)
+        for name, table in whole.items():
             rows = _runs(table.column("job").to_pylist(), table.column("attempt").to_pylist())
-            table = table.select(schema.TABLES[name].names).cast(schema.TABLES[name])
+            table = table.select(schema.TABLES[name].names)
             for key in keys:
                 start, stop = rows.get(key, (0, 0))
                 out[key][name] = table.slice(start, stop - start)
-        for tables in out.values():  # from the attempt's two tables, as summary_tables makes it
-            tables["host_links"] = host_links(self.con, tables["collective_durations"], tables["watchdog_lags"])
         return out
+
+
+def _keyed(table: pa.Table, columns: pa.Schema) -> pa.Table:
+    """``table``'s job, attempt and ``columns`` (cast to their types)."""
+    import pyarrow as pa
+
+    keyed = pa.schema([pa.field("job", pa.string()), pa.field("attempt", pa.int64()), *columns])
+    return table.select(keyed.names).cast(keyed)
+
+
+def _batch_host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table) -> pa.Table:
+    con.register("_cd", durations)
+    con.register("_wl", lags)
+    try:
+        return con.sql(HOST_LINKS_OF.format(k="job, attempt, ", hk="hosts.job, hosts.attempt, ")).to_arrow_table()
+    finally:
+        con.unregister("_cd")
+        con.unregister("_wl")
 
 
 def _runs(jobs: list, attempts: list) -> dict[tuple[str, int], tuple[int, int]]:
