@@ -17,18 +17,18 @@ from __future__ import annotations
 import duckdb
 
 from frlake.diagnose.evidence import (
-    _ATTEMPT,
-    _DTYPE_SIG_STORED,
-    _END_MARKER_STORED,
-    _JOB,
-    _SIZE_SIG_STORED,
+    ATTEMPT_VARIABLE,
+    DTYPE_SIG_STORED,
+    END_MARKER_STORED,
+    JOB_VARIABLE,
     LAST_ENTRIES,
     PENDING_TAIL,
+    SIZE_SIG_STORED,
     BatchReads,
     BatchRows,
     EveryAttempt,
-    _calls,
-    _rank_groups,
+    build_calls,
+    build_rank_groups,
     entry_columns,
 )
 from frlake.diagnose.mismatch import P2P_KEYS_DISAGREE, STATES
@@ -78,20 +78,20 @@ class BatchRelations:
             f"""
             CREATE OR REPLACE TEMP TABLE {_BATCH.entries} AS
             SELECT en.job, en.attempt,
-                   {entry_columns("en.pg_name", _END_MARKER_STORED, _SIZE_SIG_STORED, _DTYPE_SIG_STORED, True)}
+                   {entry_columns("en.pg_name", END_MARKER_STORED, SIZE_SIG_STORED, DTYPE_SIG_STORED, True)}
             FROM entries en
             """
         )
         counted = set(con.execute(f"SELECT DISTINCT job, attempt FROM {_BATCH.entries} WHERE desc_is_backend")
                       .fetchall())  # torchcomms' shape: load may renumber their sequence ids
         self.keys = sorted(key for key in keys if key not in counted)
-        _rank_groups(con, _BATCH, _calls(con, _BATCH, EveryAttempt), EveryAttempt)
+        build_rank_groups(con, _BATCH, build_calls(con, _BATCH, EveryAttempt), EveryAttempt)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_BATCH.group_keys} (rank BIGINT, pg_name VARCHAR, pg VARCHAR)")
         for name in _VIEWED:
             con.execute(
                 f"""CREATE OR REPLACE TEMP VIEW {getattr(VIEWS, name)} AS
                     SELECT * EXCLUDE (job, attempt) FROM {getattr(_BATCH, name)}
-                    WHERE job = getvariable('{_JOB}') AND attempt = getvariable('{_ATTEMPT}')""")
+                    WHERE job = getvariable('{JOB_VARIABLE}') AND attempt = getvariable('{ATTEMPT_VARIABLE}')""")
         k = EveryAttempt.k
         self._read = _by_key(con, f"SELECT job, attempt, rank, host, first_record_id, n_entries FROM {_BATCH.dumps} "
                                   "ORDER BY job, attempt, rank")
@@ -101,7 +101,7 @@ class BatchRelations:
             for table, column in (("groups", "ranks"), ("group_runs", "rank_runs"))}
         self._desc = _by_key(con, "SELECT c.job, c.attempt, c.pg_name, min(c.pg_desc) FROM groups c "
                                   "WHERE c.group_size IS NOT NULL GROUP BY ALL")
-        self._rank_groups = _by_key(con, f"""SELECT job, attempt, rank, pg_name, min(pg_desc), min(lo), max(hi)
+        self.build_rank_groups = _by_key(con, f"""SELECT job, attempt, rank, pg_name, min(pg_desc), min(lo), max(hi)
                                              FROM {_BATCH.rank_groups} WHERE NOT is_p2p GROUP BY ALL""")
         self._last = _by_key(con, LAST_ENTRIES.format(k=k, rank_groups=_BATCH.rank_groups))
         self._p2p = {key: n for key, ((n,),) in _by_key(
@@ -119,7 +119,7 @@ class BatchRelations:
 
     def _rows(self, key: Key) -> BatchRows:
         return BatchRows(VIEWS, self._read.get(key, []), {t: rows.get(key, []) for t, rows in self._members.items()},
-                         self._desc.get(key, []), self._rank_groups.get(key, []), self._last.get(key, []),
+                         self._desc.get(key, []), self.build_rank_groups.get(key, []), self._last.get(key, []),
                          self._p2p.get(key, 0), self._timing.get(key, []), self._pending.get(key, []),
                          self._differ.get(key, []), key in self._p2p_disagree, self._states.get(key, []),
                          self._lateness.get(key))
@@ -143,7 +143,7 @@ def _lateness(con: duckdb.DuckDBPyConnection, keys: list[Key]) -> dict[Key, Late
     con.execute(LATENESS.format(late=_LATE, k=k, ck="c.job, c.attempt, ", calls=_BATCH.calls,
                                 instances=_BATCH.instances))
     con.execute(f"""CREATE OR REPLACE TEMP VIEW {_VIEW_LATE} AS SELECT * EXCLUDE (job, attempt) FROM {_LATE}
-                    WHERE job = getvariable('{_JOB}') AND attempt = getvariable('{_ATTEMPT}')""")
+                    WHERE job = getvariable('{JOB_VARIABLE}') AND attempt = getvariable('{ATTEMPT_VARIABLE}')""")
     stats = _by_key(con, LATENESS_STATS.format(k=k, late=_LATE))
     late = {key: threshold({r[0]: RankLateness(*r) for r in rows}) for key, rows in stats.items() if rows}
     events = _by_key(con, LATE_EVENTS.format(

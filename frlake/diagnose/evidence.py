@@ -30,7 +30,7 @@ from frlake.schema import RANK_PROGRESS_SQL, schema_variable
 from frlake.signatures import EMPTY_LIST, NO_LIST
 
 _NO_TENSORS = f"IN ({NO_LIST}, {EMPTY_LIST})"  # the signature of a missing or empty list
-_END_MARKER_STORED = (f"(op = 'coalesced' OR (op LIKE '%coalesced' AND input_sizes_sig {_NO_TENSORS} "
+END_MARKER_STORED = (f"(op = 'coalesced' OR (op LIKE '%coalesced' AND input_sizes_sig {_NO_TENSORS} "
                       f"AND output_sizes_sig {_NO_TENSORS}))")
 
 
@@ -45,13 +45,13 @@ def _shapes(column: str) -> str:
 _SIZE_SIG_OF = f"""CASE WHEN op IN {UNEVEN} THEN hash(op) WHEN op = 'scatter' THEN hash({{o}})
                         WHEN op IN {GATHER} THEN hash({{i}}) ELSE hash({{i}}, {{o}}) END"""
 _SIZE_SIG = _SIZE_SIG_OF.format(i=_shapes("input_sizes"), o=_shapes("output_sizes"))
-_SIZE_SIG_STORED = _SIZE_SIG_OF.format(i="input_sizes_sig", o="output_sizes_sig")
+SIZE_SIG_STORED = _SIZE_SIG_OF.format(i="input_sizes_sig", o="output_sizes_sig")
 # Entry e belongs to coalesced block b (a row of _blk): same rank, group and sequence ids.
 _IN_BLOCK = "b.rank = e.rank AND b.pg_name = e.pg_name AND b.seq = e.seq AND b.p2p_seq = coalesce(e.p2p_seq, -1)"
 _DTYPE_SIG_OF = f"""CASE WHEN op = 'scatter' THEN hash({{o}}) WHEN op IN {GATHER} THEN hash({{i}})
                          ELSE hash({{i}}, {{o}}) END"""
 _DTYPE_SIG = _DTYPE_SIG_OF.format(i="input_dtypes", o="output_dtypes")
-_DTYPE_SIG_STORED = _DTYPE_SIG_OF.format(i="input_dtypes_sig", o="output_dtypes_sig")
+DTYPE_SIG_STORED = _DTYPE_SIG_OF.format(i="input_dtypes_sig", o="output_dtypes_sig")
 _STATE = STATE_OF.format(e="en")
 # torchcomms keeps one collective_seq_id counter for all its communicators, incremented by every op (send and
 # recv included), and writes p2p_seq_id 0 and the backend as the group's desc: a rank whose dump has this shape
@@ -131,8 +131,8 @@ def load(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, durations: b
     made = batch.made.get(key) if batch is not None and durations else None
     if made is not None:  # its relations were made with the batch's: views of its rows (frlake.diagnose.batched)
         rel, several, lists, split, renumbered = made.rel, {}, batch.lists(key), {}, []
-        con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
-        con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
+        con.execute(f"SET VARIABLE {JOB_VARIABLE} = $job", {"job": job})
+        con.execute(f"SET VARIABLE {ATTEMPT_VARIABLE} = $attempt", {"attempt": attempt})
         read = made.read
     else:
         rel, several, read, lists, split, renumbered = _relations(con, params, durations, batch)
@@ -167,13 +167,13 @@ def _relations(con, params: dict, durations: bool, batch: BatchReads | None) -> 
     keys = f"LEFT JOIN {rel.group_keys} k ON k.rank = en.rank AND k.pg_name = en.pg_name" if split else ""
     # the stored signatures when every entries file read has them (reading the lists back cost half the pass)
     signed = con.execute(f"SELECT getvariable('{schema_variable('entries')}')").fetchone()[0] or 1
-    marker, size_sig, dtype_sig = ((_END_MARKER_STORED, _SIZE_SIG_STORED, _DTYPE_SIG_STORED) if signed >= 2
+    marker, size_sig, dtype_sig = ((END_MARKER_STORED, SIZE_SIG_STORED, DTYPE_SIG_STORED) if signed >= 2
                                    else (END_MARKER, _SIZE_SIG, _DTYPE_SIG))
     # The entries as a view, unless kept (below; a view takes no parameters: the attempt is in two variables of
     # the connection). Each pass reads the few columns it needs from the Parquet files again: at 16,384 ranks, keeping 16M rows
     # in memory first cost more (3.5 s) than every pass's reading (the diagnosis took 5.7-6.5 s instead of 10).
-    con.execute(f"SET VARIABLE {_JOB} = $job", {"job": job})
-    con.execute(f"SET VARIABLE {_ATTEMPT} = $attempt", {"attempt": attempt})
+    con.execute(f"SET VARIABLE {JOB_VARIABLE} = $job", {"job": job})
+    con.execute(f"SET VARIABLE {ATTEMPT_VARIABLE} = $attempt", {"attempt": attempt})
     # Files written before the stored signatures: their lists are hashed once, into a table. A small attempt's
     # entries are kept too: then each pass binds a table, not the views over the files (a query of a 4-rank
     # attempt cost more to plan through them than to run).
@@ -186,7 +186,7 @@ def _relations(con, params: dict, durations: bool, batch: BatchReads | None) -> 
         {f"CREATE OR REPLACE TABLE {WORK_DB}._e" if kept else f"CREATE OR REPLACE TEMP VIEW {_READ}"} AS
         SELECT {entry_columns(pg, marker, size_sig, dtype_sig, durations)}
         FROM entries en {keys}
-        WHERE en.job = getvariable('{_JOB}') AND en.attempt = getvariable('{_ATTEMPT}') AND {rel.newest('en.')}
+        WHERE en.job = getvariable('{JOB_VARIABLE}') AND en.attempt = getvariable('{ATTEMPT_VARIABLE}') AND {rel.newest('en.')}
         """
     )
     source = f"{WORK_DB}._e" if kept else _READ
@@ -214,7 +214,7 @@ def _relations(con, params: dict, durations: bool, batch: BatchReads | None) -> 
     # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
     # end marker's group and sequence ids) is one call of several ops, compared with the other members'
     # blocks as a whole. Every other collective entry is a call of its own.
-    _rank_groups(con, rel, _calls(con, rel, OneAttempt), OneAttempt)
+    build_rank_groups(con, rel, build_calls(con, rel, OneAttempt), OneAttempt)
     return rel, several, read, lists, split, renumbered
 
 
@@ -363,7 +363,7 @@ class BatchRows:
 KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
 WORK_DB = "frlake_work"  # the connection's compressed in-memory database: the attempt's entries, when kept
 _READ = "_e_read"  # the view of the attempt's entries in its Parquet files (load)
-_JOB, _ATTEMPT = "frlake_diagnosed_job", "frlake_diagnosed_attempt"  # the connection's variables it reads
+JOB_VARIABLE, ATTEMPT_VARIABLE = "frlake_diagnosed_job", "frlake_diagnosed_attempt"  # the connection's variables it reads
 
 
 def _attach_work(con: duckdb.DuckDBPyConnection) -> None:
@@ -512,7 +512,7 @@ def entry_columns(pg: str, marker: str, size_sig: str, dtype_sig: str, durations
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}"""
 
 
-def _calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) -> bool:
+def build_calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) -> bool:
     """Build ``rel.blocks``, ``rel.calls`` and ``rel.instances`` from ``rel.entries``; whether any coalesced
     block is there. ``blocked``: whether one is, known already (else counted)."""
     # One row per rank and collective call (group, seq): a coalesced block (the collectives that share its
@@ -583,11 +583,11 @@ LAST_ENTRIES = """
 
 # The sends and recvs whose names carry their peers (the only ones a send can be paired with its recv by).
 P2P_NAMED = "is_p2p AND op IN ('send', 'isend', 'recv', 'irecv') AND p2p_src IS NOT NULL"
-# The entries whose newest collective a rank may hold pending: its own state, not its block's (_rank_groups).
+# The entries whose newest collective a rank may hold pending: its own state, not its block's (build_rank_groups).
 _PENDING = "NOT coalesce(is_p2p, false) AND seq IS NOT NULL AND coalesce(entry_state, '') <> 'completed'"
 
 
-def _rank_groups(con, rel: Relations, has_blocks: bool, keys: Keys) -> None:
+def build_rank_groups(con, rel: Relations, has_blocks: bool, keys: Keys) -> None:
     """One pass over the attempt's entries for what the diagnosis reads per rank and group (``rel.rank_groups``,
     keyed by rank, group, rank-local pg id and is_p2p): the first and last sequence ids, the first unfinished
     entry and the last one (by entry index, so each rank's own follow from its groups'), the sends and recvs

@@ -51,7 +51,7 @@ class Relations:
     calls: str = "_c"  # one row per rank and collective call (a coalesced block is one call)
     instances: str = "_inst"  # one row per collective instance (pg_name, seq) with two or more members
     group_keys: str = "_gk"  # (rank, pg name) -> group identity, where disjoint groups share a name (else empty)
-    rank_groups: str = "_rg"  # per rank, group, pg id and is_p2p: what :func:`_rank_groups` reads of its entries
+    rank_groups: str = "_rg"  # per rank, group, pg id and is_p2p: what :func:`build_rank_groups` reads of its entries
     one_dump_per_rank: bool = False  # then every dump of the attempt is read: no filter is needed
 
     def newest(self, alias: str = "") -> str:
