@@ -22,9 +22,12 @@ def _stored(fl: Frlake) -> dict:
         data = fl.catalog.diagnoses.get(job, attempt).to_dict()
         data.pop("seconds")
         out[f"{job}/{attempt}"] = json.dumps(data, sort_keys=True)
-    con = fl.connect(catalog_views=())
+    con = fl.connect(catalog_views=("incidents", "culprits", "rank_stats"))
     for table in SUMMARY_TABLES:
         out[table] = sorted(map(repr, con.execute(f"SELECT * FROM {table}").fetchall()))
+    for view in ("incidents", "culprits", "rank_stats"):  # the catalog's rows of them (catalog.diagnoses)
+        out[view] = sorted(map(repr, con.execute(f"SELECT * EXCLUDE (diagnosed_at) FROM {view}"
+                                                 if view == "incidents" else f"SELECT * FROM {view}").fetchall()))
     return out
 
 
@@ -49,6 +52,21 @@ def test_batches_give_the_diagnoses_of_one_at_a_time(everything):
         together = _stored(fl)
     assert [(d.job, d.attempt) for d in batched] == [(d.job, d.attempt) for d in one_by_one]
     assert sum(1 for k in alone if "/" in k) == len(states)
-    assert any(alone[t] for t in SUMMARY_TABLES)
+    assert any(alone[t] for t in SUMMARY_TABLES) and alone["culprits"] and alone["rank_stats"]
     differ = [k for k in alone if alone[k] != together.get(k)]
     assert not differ, f"diagnosed differently in a batch: {differ[:5]}"
+
+
+def test_a_batch_stores_what_one_at_a_time_stores_in_either_catalog(any_db):
+    """The catalog's rows of a batch (catalog.diagnoses.save_many: a few statements for every attempt) are
+    those of one attempt at a time (save), on SQLite and on PostgreSQL."""
+    with Frlake(any_db) as fl:
+        fl.ingest([CORPUS], IngestOptions(workers=1, diagnose=False))
+        fl.rediagnose(batch=1)
+        alone = _stored(fl)
+        fl.rediagnose()
+        together = _stored(fl)
+        fl.rediagnose()  # again over stored diagnoses: replaced, not added to
+        again = _stored(fl)
+    assert alone["culprits"] and alone["rank_stats"]
+    assert alone == together == again

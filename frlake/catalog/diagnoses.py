@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import delete, func, select, true, tuple_, update
+from sqlalchemy import delete, func, insert, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from frlake.catalog.db import Store, chunks, utcnow
@@ -37,10 +37,13 @@ class Diagnoses(Store):
         stored)`` runs in the same transaction after them (it may raise to store none)."""
         now = utcnow()
         with self.session(write=True) as s:
-            order = sorted(range(len(items)), key=lambda i: (items[i][0].job, items[i][0].attempt))
-            stored = [False] * len(items)
-            for i in order:
-                stored[i] = _save(s, items[i][0], items[i][1], None, now)
+            if len({(d.job, d.attempt) for d, _ in items}) < len(items):  # one attempt twice: stored in turn
+                order = sorted(range(len(items)), key=lambda i: (items[i][0].job, items[i][0].attempt))
+                stored = [False] * len(items)
+                for i in order:
+                    stored[i] = _save(s, items[i][0], items[i][1], None, now)
+            else:
+                stored = _save_many(s, items, now)
             if also is not None:
                 also(s, stored)
         return stored
@@ -108,6 +111,63 @@ class Diagnoses(Store):
         return {(job, number) for job, number, report in rows if json.loads(report).get("complete") is True}
 
 
+def _save_many(s: Session, items: Sequence[tuple[Diagnosis, int]], now) -> list[bool]:
+    """:func:`_save` of several attempts (each once) inside the transaction ``s``, by a few statements for
+    all of them (a batch of small attempts was 10 statements an attempt): the same rows."""
+    found = {}  # (job, attempt) -> (attempt id, the stored diagnosis' revision, the attempt's, due)
+    for chunk in chunks(sorted((d.job, d.attempt) for d, _ in items), 500):
+        rows = s.execute(
+            select(Job.name, Attempt.number, Attempt.id, IncidentRow.attempt_revision, Attempt.revision,
+                   Attempt.diagnosis_due)
+            .join(Job, Job.id == Attempt.job_id).outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
+            .where(tuple_(Job.name, Attempt.number).in_(chunk))
+            .order_by(Job.name, Attempt.number).with_for_update(of=Attempt)  # locked in key order, as _save's
+        ).all()
+        found.update({(job, number): rest for job, number, *rest in rows})
+    stored, kept, due_now = [], [], {True: [], False: []}
+    for diag, revision in items:
+        row = found.get((diag.job, diag.attempt))
+        ok = row is not None and (row[1] is None or row[1] <= revision)  # not gone, not older than the stored
+        stored.append(ok)
+        if ok:
+            attempt_id, _, current, due = row
+            kept.append((attempt_id, diag, revision))
+            if due != (revision < (current or 0)):
+                due_now[not due].append(attempt_id)
+    for value, ids in due_now.items():
+        for chunk in chunks(ids, 500):
+            s.execute(update(Attempt).where(Attempt.id.in_(chunk)).values(diagnosis_due=value))
+    for chunk in chunks([attempt_id for attempt_id, _, _ in kept], 500):
+        old = select(IncidentRow.id).where(IncidentRow.attempt_id.in_(chunk))
+        s.execute(delete(CulpritRow).where(CulpritRow.incident_id.in_(old)))
+        s.execute(delete(RankStat).where(RankStat.incident_id.in_(old)))
+        s.execute(delete(IncidentRow).where(IncidentRow.attempt_id.in_(chunk)))
+    if not kept:
+        return stored
+    made = s.execute(insert(IncidentRow).returning(IncidentRow.id, IncidentRow.attempt_id), [
+        dict(attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary, world_size=diag.world_size,
+             n_dumps=len(diag.ranks_dumped), algorithm_version=diag.algorithm_version, diagnosed_at=now,
+             report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision)
+        for attempt_id, diag, revision in kept]).all()
+    incident_of = {attempt_id: incident_id for incident_id, attempt_id in made}
+    culprits = [_culprit_row(incident_of[attempt_id], i, c) for attempt_id, diag, _ in kept
+                for i, c in enumerate(diag.culprits)]
+    stats = [dict(incident_id=incident_of[attempt_id], **r) for attempt_id, diag, _ in kept for r in diag.rank_lateness]
+    if culprits:
+        s.execute(insert(CulpritRow), culprits)
+    if stats:
+        s.execute(insert(RankStat), stats)
+    return stored
+
+
+def _culprit_row(incident_id: int, position: int, c) -> dict:
+    """A culprit's row of the ``culprits`` table."""
+    return dict(incident_id=incident_id, position=position, rank=c.rank, host=c.host, reason=c.reason, role=c.role,
+                pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
+                stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
+                top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
+
+
 def _save(s: Session, diag: Diagnosis, revision: int, also: Callable[[Session], None] | None, now) -> bool:
     """:meth:`Diagnoses.save` inside the transaction ``s``."""
     # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
@@ -141,12 +201,6 @@ def _save(s: Session, diag: Diagnosis, revision: int, also: Callable[[Session], 
     )
     s.add(incident)
     s.flush()
-    s.add_all(
-        CulpritRow(incident_id=incident.id, position=i, rank=c.rank, host=c.host, reason=c.reason,
-                   role=c.role, pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
-                   stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
-                   top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
-        for i, c in enumerate(diag.culprits)
-    )
+    s.add_all(CulpritRow(**_culprit_row(incident.id, i, c)) for i, c in enumerate(diag.culprits))
     s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
     return True

@@ -29,7 +29,7 @@ from frlake.catalog.store import Catalog
 from frlake.entities import Diagnosis
 from frlake.schema import SUMMARY_TABLES
 from frlake.storage.files import CommittedFile, LakeFiles, LakeFileSpec, switch
-from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.lake import Lake, new_part_name, sync
 from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 
 
@@ -138,11 +138,12 @@ class SummaryWriter:
                 diag, _, summary = items[i]
                 for name, table in sorted(summary.tables.items()):
                     if table.num_rows:
-                        path, size = run_lake.stage_table(table)
+                        path, size = run_lake.stage_table(table, synced=False)
                         self._files += 1
                         rel = self.lake.part_path(name, new_part_name(self.run_id, self._files), diag.job, diag.attempt)
                         staged.append(Staged(path, LakeFileSpec(name, rel, diag.job, diag.attempt, table.num_rows, size)))
                         owner.append(i)
+            sync(s.staged for s in staged)  # on disk before the catalog commits them
             with self.lake.write_lock(self.lock_timeout_s):
                 if not self._recovered:
                     recover(self.lake, self.catalog)
