@@ -262,21 +262,30 @@ class Frlake:
 
         return host_history(con or self.views(), self.catalog, host)
 
-    def sandbox(self, limits=None, *, partition: tuple[str, int] | None = None):
+    def sandbox(self, limits=None, *, partition: tuple[str, int] | None = None, views=None,
+                single_use: bool = False):
         """A :class:`~frlake.query.Sandbox` for untrusted SQL (the caller closes it); ``partition``: its
-        lake views see that attempt's files only."""
+        lake views see that attempt's files only; ``views``: only these views are made (None: every one),
+        and none opens the catalog; ``single_use``: closed after one query."""
         from frlake.query.connect import open_sandbox
         from frlake.query.sandbox import QueryLimits
 
-        return open_sandbox(self.catalog, self.lake, limits or QueryLimits(), partition=partition)
+        catalog = self.catalog if views is None or views else None
+        return open_sandbox(catalog, self.lake, limits or QueryLimits(), partition=partition, views=views,
+                            single_use=single_use)
 
     def query(self, sql: str, limits=None):
         """Run one untrusted, read-only statement with limits (time, memory,
-        rows, bytes); a :class:`~frlake.query.QueryResult`. A statement that reads one attempt of one
+        rows, bytes); a :class:`~frlake.query.QueryResult`. Only the views the statement names are made
+        (:func:`~frlake.query.statements.views_read`), and a statement that reads one attempt of one
         view (:func:`~frlake.query.connect.one_attempt`) reads that attempt's files only."""
         from frlake.query.connect import one_attempt
+        from frlake.query.names import ALL_VIEW_NAMES
+        from frlake.query.statements import check_statement, views_read
 
-        with self.sandbox(limits, partition=one_attempt(sql)) as sandbox:
+        check_statement(sql)  # before anything is opened; parsed once (statements.syntax_text)
+        with self.sandbox(limits, partition=one_attempt(sql), views=views_read(sql, ALL_VIEW_NAMES),
+                          single_use=True) as sandbox:
             return sandbox.run(sql)
 
     # -- ingest -----------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frlake.catalog import db
-from frlake.cli.main import app
+from frlake.cli.main import COMMANDS, app
 from frlake.session import Frlake
 
 runner = CliRunner()
@@ -178,12 +178,12 @@ try:
     main()
 except SystemExit:
     pass
-print("\\nMODULES", *sorted(m for m in sys.modules if "." not in m))
+print("\\nMODULES", *sorted(sys.modules))
 """
 
 
 def _modules_after(*args: str) -> set[str]:
-    """The top-level modules a run of ``frlake ARGS`` has imported when it ends."""
+    """The modules a run of ``frlake ARGS`` has imported when it ends."""
     import subprocess
     import sys
 
@@ -202,3 +202,14 @@ def test_the_entry_point_and_a_stored_diagnosis_load_no_heavy_module(tmp_path, c
     assert not _modules_after("--lake", str(lake), "diagnose", "job-5f5228") & set(HEAVY)
     # a diagnosis that must be computed loads what computing needs
     assert {"sqlalchemy", "duckdb"} <= _modules_after("--lake", str(lake), "diagnose", "job-5f5228", "--fresh")
+    # a query that reads no view opens no catalog; one that reads a view does
+    assert not _modules_after("--lake", str(lake), "query", "select 1") & {"sqlalchemy", "alembic", "flask"}
+    assert "sqlalchemy" in _modules_after("--lake", str(lake), "query", "select count(*) from jobs")
+
+
+def test_a_command_imports_its_own_module_only(tmp_path):
+    """The group makes a command when it runs (cli.main.COMMANDS): `query` loads no other command's code."""
+    modules = _modules_after("--lake", str(tmp_path / "lake"), "query", "select 1")
+    assert "frlake.cli.query" in modules
+    assert not {"frlake.cli.ingest", "frlake.cli.serve", "frlake.cli.report", "frlake.cli.diagnose"} & modules
+    assert {f"frlake.cli.{m}" for m, *_ in COMMANDS.values()} <= _modules_after("--help")

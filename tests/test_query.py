@@ -7,6 +7,9 @@ import pytest
 
 from frlake.errors import QueryError
 from frlake.query import QueryLimits
+from frlake.query.names import ALL_VIEW_NAMES
+from frlake.query.statements import views_read
+from frlake.session import Frlake
 
 
 @pytest.mark.parametrize(
@@ -47,6 +50,45 @@ def test_runaway_query_stops_at_the_time_limit(corpus_fl):
 def test_row_cap_truncates(corpus_fl):
     result = corpus_fl.query("SELECT * FROM entries", QueryLimits(max_rows=10))
     assert len(result.rows) == 10 and result.truncated
+
+
+@pytest.mark.parametrize("sql, views", [
+    ("SELECT 1", set()),
+    ("select count(*) from Entries e join jobs using (job)", {"entries", "jobs"}),
+    ("WITH x AS (SELECT * FROM incidents) SELECT * FROM x", {"incidents"}),
+    ("WITH jobs AS (SELECT * FROM jobs) SELECT * FROM jobs", {"jobs"}),  # the CTE reads the view
+    ("SELECT (SELECT count(*) FROM files) UNION ALL SELECT count(*) FROM collectives", {"files", "collectives"}),
+    ("EXPLAIN ANALYZE SELECT * FROM culprits", {"culprits"}),
+    ("DESCRIBE entries", {"entries"}),
+    ("SUMMARIZE SELECT * FROM dumps", {"dumps"}),
+    ("SHOW TABLES", None),  # lists every view
+    ("SELECT * FROM duckdb_views()", None),
+    ("SELECT * FROM main.entries", None),
+    ("SELECT * FROM nonsense_table", None),  # DuckDB's error then suggests the views' names
+])
+def test_a_statement_says_which_views_it_reads(sql, views):
+    assert views_read(sql, ALL_VIEW_NAMES) == (None if views is None else frozenset(views))
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT job, count(*) AS n FROM entries JOIN jobs USING (job) GROUP BY ALL ORDER BY ALL",
+    "SELECT verdict, count(*) FROM incidents GROUP BY ALL ORDER BY ALL",
+    "SELECT count(*), sum(len(missing)) FROM collectives",
+    "SELECT count(*) FROM files",
+    "WITH h AS (SELECT * FROM hosts) SELECT * FROM h ORDER BY host",
+    "SHOW TABLES",
+])
+def test_a_query_over_the_views_it_names_gives_what_every_view_gives(corpus_fl, sql):
+    with corpus_fl.sandbox() as every:
+        assert corpus_fl.query(sql).rows == every.run(sql).rows
+
+
+def test_a_query_of_no_view_opens_no_catalog(corpus_lake):
+    with Frlake(corpus_lake) as session:
+        assert session.query("SELECT 42 AS answer").rows == [(42,)]
+        assert session._catalog is None
+        assert session.query("SELECT count(*) > 0 FROM jobs").rows == [(True,)]
+        assert session._catalog is not None
 
 
 def test_with_and_explain_are_queries(corpus_fl):

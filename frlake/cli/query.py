@@ -8,19 +8,9 @@ from typing import Annotated
 import typer
 
 from frlake.cli._common import DbUrlOpt, Format, FormatOpt, LakeOpt, emit_rows, err_console, open_session, user_errors
+from frlake.query.names import VIEW_NAMES
 
 TABLE_ROWS = 40  # rows a terminal table shows (the first and last ones), as DuckDB's shell does
-
-
-# Every view a query sees, by kind, for the command's help. Written out, so that loading the command loads
-# neither DuckDB nor the views' SQL; tests/test_docs.py checks them against the code that makes the views.
-VIEW_NAMES = {
-    "lake tables": ("dumps", "entries", "groups", "group_runs", "pg_status", "stacks", "snapshots", "health",
-                    "live_stacks", "collective_durations", "watchdog_lags", "host_links"),
-    "catalog views": ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats",
-                      "attempt_hosts"),
-    "derived views": ("hosts", "dump_conflicts", "collectives", "rank_progress"),
-}
 
 
 def query_help() -> str:

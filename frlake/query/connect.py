@@ -7,14 +7,18 @@ take the catalog and lake they read; :class:`frlake.Frlake` opens them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from frlake.catalog.store import Catalog
+from frlake.query.names import CATALOG_VIEW_NAMES
 from frlake.query.sandbox import QueryLimits, QueryResult, Sandbox, lock_down
 from frlake.query.views import create_views
 from frlake.schema import PARTITIONED
-from frlake.storage.lake import Lake
+
+if TYPE_CHECKING:
+    from frlake.catalog.store import Catalog
+    from frlake.storage.lake import Lake
 
 
 def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None = None,
@@ -32,16 +36,23 @@ def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None
     return con
 
 
-def open_sandbox(catalog: Catalog, lake: Lake, limits: QueryLimits = QueryLimits(),
-                 partition: tuple[str, int] | None = None) -> Sandbox:
+def open_sandbox(catalog: Catalog | None, lake: Lake, limits: QueryLimits = QueryLimits(),
+                 partition: tuple[str, int] | None = None, views: Iterable[str] | None = None, *,
+                 single_use: bool = False) -> Sandbox:
     """A ``Sandbox`` for untrusted SQL over every view (close it when done):
     it opens no file (the lake's tables are read through Arrow datasets), has
     no extensions, a memory limit, and runs each query on its own cursor.
     ``partition`` (job, attempt): the lake's views hold that attempt's files
-    only (what :func:`one_attempt` finds a statement needs)."""
-    con, sources = _open(catalog, lake, None, partition, sealed=True)
+    only (what :func:`one_attempt` finds a statement needs). ``views``: the views one statement reads
+    (``statements.views_read``), the only ones made (the lake's tables all come with any of its
+    views); ``catalog`` may be None when there are none (``SELECT 1`` opens no catalog). ``single_use``:
+    closed after one query (``Sandbox``)."""
+    views = None if views is None else frozenset(views)
+    con, sources = _open(catalog, lake, None if views is None else CATALOG_VIEW_NAMES.intersection(views),
+                         partition, sealed=True, lake_views=views is None or not CATALOG_VIEW_NAMES.issuperset(views))
     lock_down(con, limits)
-    return Sandbox(con, sources, limits)
+    return Sandbox(con, sources, limits, single_use=single_use)
+
 
 
 # The views whose rows of one attempt are made of that attempt's files alone: the lake's partitioned tables
@@ -57,13 +68,12 @@ def one_attempt(sql: str) -> tuple[str, int] | None:
     attempt costs, however long the history. Else None (every file)."""
     import json
 
-    con = duckdb.connect(":memory:")
+    from frlake.query.statements import syntax_text
+
     try:
-        text = con.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchone()[0]
+        text = syntax_text(sql)
     except duckdb.Error:
         return None
-    finally:
-        con.close()
     tree = json.loads(text)
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         return None
@@ -99,12 +109,13 @@ def one_attempt(sql: str) -> tuple[str, int] | None:
     return next(iter(wanted["job"])), next(iter(wanted["attempt"]))
 
 
-def _open(catalog: Catalog, lake: Lake, catalog_views, partition, sealed: bool,
-          files: Iterable | None = None, lake_tables: Iterable[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
+def _open(catalog: Catalog | None, lake: Lake, catalog_views, partition, sealed: bool,
+          files: Iterable | None = None, lake_views: bool = True,
+          lake_tables: Iterable[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
     con = duckdb.connect(":memory:", config={"threads": 2})
     try:
         sources = create_views(con, lake, catalog, catalog_views, partition, sealed=sealed, files=files,
-                               lake_tables=lake_tables)
+                               lake_views=lake_views, lake_tables=lake_tables)
         con.execute("SET parquet_metadata_cache = true")  # Parquet footers read once per connection
     except BaseException:
         con.close()

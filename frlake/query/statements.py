@@ -10,8 +10,10 @@ be called; the functions are found in DuckDB's own syntax tree
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
+from collections.abc import Iterable
 
 import duckdb
 
@@ -43,7 +45,21 @@ _COMMENT = duckdb.token_type.comment
 _OPERATOR = duckdb.token_type.operator
 
 _parser_lock = threading.Lock()
-_parser: duckdb.DuckDBPyConnection | None = None
+_parser: duckdb.DuckDBPyConnection | None = None  # parses only: no file, no table
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(method: str, sql: str):
+    """The parser connection's ``extract_statements`` (method "extract") or ``json_serialize_sql`` text of
+    ``sql``; the connection is made on first use and shared by every thread, one at a time. Remembered: a
+    statement is checked, then read for the views and the attempt it needs, and parsed once."""
+    global _parser
+    with _parser_lock:
+        if _parser is None:
+            _parser = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
+        if method == "extract":
+            return tuple(_parser.extract_statements(sql))
+        return _parser.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchone()[0]
 
 
 def check_statement(sql: str) -> None:
@@ -53,7 +69,7 @@ def check_statement(sql: str) -> None:
 
 def _one_statement(sql: str):
     try:
-        statements = duckdb.extract_statements(sql)
+        statements = _parse("extract", sql)
     except duckdb.Error as exc:
         raise QueryError(f"the SQL does not parse: {_first_line(exc)}") from None
     if len(statements) != 1:
@@ -101,6 +117,39 @@ def explained_text(sql: str) -> str:
     return ""
 
 
+def views_read(sql: str, views: Iterable[str]) -> frozenset[str] | None:
+    """Which of ``views`` a checked query reads, or None when its text does not say: it names a
+    table that is neither one of them nor one of its CTEs (DuckDB's error then lists the views
+    it has), a table function (``duckdb_views()``), ``SHOW TABLES``, a name with a schema, or the
+    serializer does not take it. The caller then sets up every view."""
+    statement = _one_statement(sql)
+    if statement.type == duckdb.StatementType.EXPLAIN:
+        statement = _one_statement(explained_text(statement.query))
+    try:
+        tree = _syntax_tree(statement.query)
+    except QueryError:
+        return None
+    names, ctes = set(), set()
+    stack: list = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            kind = item.get("type")
+            if kind == "TABLE_FUNCTION" or (kind == "SHOW_REF" and item.get("query") is None):
+                return None  # duckdb_views(), SHOW TABLES, SHOW name: what they show is every view
+            if kind == "BASE_TABLE":
+                if item.get("schema_name") or item.get("catalog_name"):
+                    return None
+                names.add(str(item.get("table_name", "")).lower())
+            ctes.update(str(cte.get("key", "")).lower() for cte in (item.get("cte_map") or {}).get("map") or ())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    views = {v.lower() for v in views}
+    # a CTE may read the view of its own name (WITH jobs AS (SELECT * FROM jobs ...)): kept
+    return frozenset(names & views) if names <= views | ctes else None
+
+
 def _check_functions(sql: str) -> None:
     tree = _syntax_tree(sql)
     for kind, name in _functions(tree):
@@ -112,15 +161,15 @@ def _check_functions(sql: str) -> None:
 
 
 def _syntax_tree(sql: str) -> dict:
-    global _parser
-    with _parser_lock:
-        if _parser is None:
-            _parser = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
-        text = _parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
-    tree = json.loads(text)
+    tree = json.loads(syntax_text(sql))
     if tree.get("error"):
         raise QueryError(f"the query cannot be checked: {tree.get('error_message', 'unknown error')}")
     return tree
+
+
+def syntax_text(sql: str) -> str:
+    """DuckDB's syntax tree of ``sql`` as JSON text (``json_serialize_sql``)."""
+    return _parse("serialize", sql)
 
 
 def _functions(node):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from frlake import schema
-from frlake.catalog.store import Catalog
-from frlake.query.catalog_views import CATALOG_VIEWS, LazyCatalogTable
 from frlake.query.vocabulary import END_MARKER, NEWEST_DUMP, UNEVEN
-from frlake.storage.files import CommittedFile, LakeFiles
 from frlake.storage.lake import Lake
+
+if TYPE_CHECKING:  # the catalog (SQLAlchemy) is imported when a view reads it: `SELECT 1` needs none
+    from frlake.catalog.store import Catalog
+    from frlake.storage.files import CommittedFile
 
 _HIVE_TYPES = "{'job': 'VARCHAR', 'attempt': 'BIGINT'}"
 # Every *_ns time also as a timestamp (UTC), named without the suffix (also read by frlake.engines).
@@ -174,13 +176,16 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
+def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | None,
                  catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
                  sealed: bool = False, files: Iterable[CommittedFile] | None = None,
-                 lake_tables: Iterable[str] | None = None) -> dict[str, object]:
+                 lake_views: bool = True, lake_tables: Iterable[str] | None = None) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables. Returns the Python objects registered, by
     name (a cursor of ``con`` must register them again to see the views).
+
+    ``catalog_views``: the catalog views to make (None: every one); ``lake_views`` False: no lake table and
+    no derived view. ``catalog`` is read only for what is made (None when nothing is).
 
     ``sealed`` (the SQL sandbox): the lake's files are read through Arrow
     datasets, not DuckDB's file readers, so the connection needs no file
@@ -193,14 +198,20 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
     catalog's list of every other table's files is not read; the others, and the derived views that read
     them, do not exist on the connection (a query that reads one fails by its name, never reads nothing)."""
     sources: dict[str, object] = {}
+    catalog_views = None if catalog_views is None else tuple(catalog_views)
 
     def register(name: str, obj: object) -> str:
         con.register(name, obj)
         sources[name] = obj
         return name
 
-    tables = schema.TABLES if lake_tables is None else {n: schema.TABLES[n] for n in lake_tables}
-    if files is None:
+    tables = {} if not lake_views else schema.TABLES if lake_tables is None else {
+        n: schema.TABLES[n] for n in lake_tables}
+    if not tables:
+        committed = {}
+    elif files is None:
+        from frlake.storage.files import LakeFiles
+
         committed = LakeFiles(catalog).table_file_versions(partition, tables=None if lake_tables is None else tables)
     else:
         committed = {}
@@ -250,10 +261,13 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog,
         else:
             source = register(f"__empty_{name}", pa.schema(fields).empty_table())
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, [f.name for f in fields])}")
-    for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
-        table = LazyCatalogTable(catalog, name)  # read from the catalog when a query first reads the view
-        source = register(f"__catalog_{name}", table)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
+    if catalog_views is None or catalog_views:
+        from frlake.query.catalog_views import CATALOG_VIEWS, LazyCatalogTable
+
+        for name in CATALOG_VIEWS if catalog_views is None else catalog_views:
+            table = LazyCatalogTable(catalog, name)  # read from the catalog when a query first reads the view
+            source = register(f"__catalog_{name}", table)
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
     for name, sql in DERIVED.items():
         if set(DERIVED_FROM[name]) <= tables.keys():
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
