@@ -698,7 +698,7 @@ class Frlake:
 
         if con is not None:
             return cause_of(con, job, attempt)
-        with self._connection(catalog_views=CAUSE_VIEWS) as own:
+        with self._connection(catalog_views=CAUSE_VIEWS, lake_tables=()) as own:
             return cause_of(own, job, attempt)
 
     def report(self, name: str, window=None, limit: int | None = None, *,
@@ -715,7 +715,7 @@ class Frlake:
         spec = REPORTS[name]
         if con is not None:
             return spec.run(con, window or Window(), limit, **params)
-        with self._connection(catalog_views=spec.views) as own:
+        with self._connection(catalog_views=spec.views, lake_tables=spec.tables) as own:
             return spec.run(own, window or Window(), limit, **params)
 
 

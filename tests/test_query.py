@@ -143,3 +143,22 @@ def test_a_catalog_view_is_read_when_a_query_reads_it(corpus_fl):
         assert len([s for s in statements if "FROM files" in s]) == 1
     finally:
         event.remove(corpus_fl.catalog.engine, "before_cursor_execute", seen)
+
+
+def test_a_connection_of_some_lake_tables_has_no_view_of_the_others(corpus_fl):
+    """A fleet report's connection lists the files of the lake tables it reads only: the others' views,
+    and the derived views over them, are not there (a query of one fails by its name, never reads nothing)."""
+    import duckdb
+
+    from frlake.query.connect import connect
+
+    every = corpus_fl.connect()
+    con = connect(corpus_fl.catalog, corpus_fl.lake, catalog_views=("attempts",), lake_tables=("host_links",))
+    try:
+        assert (con.execute("SELECT count(*) FROM host_links").fetchone()
+                == every.execute("SELECT count(*) FROM host_links").fetchone())
+        for name in ("entries", "dumps", "collectives", "hosts", "files"):
+            with pytest.raises(duckdb.CatalogException, match=name):
+                con.execute(f"SELECT count(*) FROM {name}")
+    finally:
+        con.close()

@@ -175,6 +175,7 @@ class Report:
     page: str  # the web page's template
     nav: str  # its name in the web UI's navigation
     views: tuple[str, ...] = REPORT_VIEWS  # the catalog views it reads
+    tables: tuple[str, ...] = ()  # the lake tables it reads (its connection lists no other table's files)
     finish: Callable[[Row], Row] | None = None  # what every engine does to each row after the SQL
     # A report that is more than one SQL statement (a policy over several queries): computed from a DuckDB
     # connection, ``compute(con, window, limit, **params)``; ``sql`` is then empty.
@@ -231,7 +232,8 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
            empty="no host holds a root cause in this window"),
     Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
-            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), finish=slow_link_verdict,
+            "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), tables=("host_links",),
+           finish=slow_link_verdict,
            empty="no dump with timing (duration_ms) in this window: slow links need NCCL's timing "
                  "(TORCH_NCCL_ENABLE_TIMING=1) and sibling groups to compare"),
 )}

@@ -123,6 +123,10 @@ DERIVED = {
 }
 
 
+# The lake tables each derived view reads.
+DERIVED_FROM = {"hosts": ("dumps",), "dump_conflicts": ("dumps", "snapshots"),
+                "collectives": ("dumps", "snapshots", "entries", "groups"), "rank_progress": ("snapshots",)}
+
 LEAD = ("job", "attempt", "rank", "host")  # what `SELECT *` shows first, where a view has them
 
 
@@ -175,7 +179,7 @@ def _sql_str(text: str) -> str:
 def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | None,
                  catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
                  sealed: bool = False, files: Iterable[CommittedFile] | None = None,
-                 lake_views: bool = True) -> dict[str, object]:
+                 lake_views: bool = True, lake_tables: Iterable[str] | None = None) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables. Returns the Python objects registered, by
     name (a cursor of ``con`` must register them again to see the views).
@@ -188,7 +192,11 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
     system at all and can be denied every path, the lake's own included.
 
     ``files``: the committed files to read, when the caller has them (several attempts diagnosed on one
-    connection, ``LakeFiles.committed_in``), instead of the catalog's of ``partition``."""
+    connection, ``LakeFiles.committed_in``), instead of the catalog's of ``partition``.
+
+    ``lake_tables``: the lake's tables to make views of (a fleet report reads one, or none), so that the
+    catalog's list of every other table's files is not read; the others, and the derived views that read
+    them, do not exist on the connection (a query that reads one fails by its name, never reads nothing)."""
     sources: dict[str, object] = {}
     catalog_views = None if catalog_views is None else tuple(catalog_views)
 
@@ -197,19 +205,21 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
         sources[name] = obj
         return name
 
-    if not lake_views:
+    tables = {} if not lake_views else schema.TABLES if lake_tables is None else {
+        n: schema.TABLES[n] for n in lake_tables}
+    if not tables:
         committed = {}
     elif files is None:
         from frlake.storage.files import LakeFiles
 
-        committed = LakeFiles(catalog).table_file_versions(partition)
+        committed = LakeFiles(catalog).table_file_versions(partition, tables=None if lake_tables is None else tables)
     else:
         committed = {}
         for f in files:
             committed.setdefault(f.table, []).append((f.readable, f.schema_version))
     root = str(lake.root)
     lazy: dict[str, tuple[str, str]] = {}  # a lake table's macro parameters and relation, read by its view through a table macro (see below)
-    for name, table_schema in schema.TABLES.items() if lake_views else ():
+    for name, table_schema in tables.items():
         partitioned = name in schema.PARTITIONED
         fields = list(table_schema) + (schema.PARTITION_FIELDS if partitioned else [])
         versions = [v for _, v in committed.get(name, ())]
@@ -258,8 +268,9 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
             table = LazyCatalogTable(catalog, name)  # read from the catalog when a query first reads the view
             source = register(f"__catalog_{name}", table)
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {with_timestamps(name, source, table.column_names)}")
-    for name, sql in DERIVED.items() if lake_views else ():
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    for name, sql in DERIVED.items():
+        if set(DERIVED_FROM[name]) <= tables.keys():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     for name, (params, relation) in lazy.items():  # a query binds them, when it reads them
         con.execute(f"CREATE OR REPLACE MACRO __lake_{name}({params}) AS TABLE SELECT * FROM {relation}")
     return sources

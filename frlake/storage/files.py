@@ -167,11 +167,13 @@ class LakeFiles:
                 for table, files in self.table_file_versions(partition, final=final).items()}
 
     def table_file_versions(self, partition: tuple[str, int] | None = None, *,
-                            final: bool = False) -> dict[str, list[tuple[str, int]]]:
-        """:meth:`table_files`, each path with the schema version of its file."""
+                            final: bool = False, tables: Iterable[str] | None = None) -> dict[str, list[tuple[str, int]]]:
+        """:meth:`table_files`, each path with the schema version of its file (of ``tables`` only, when given)."""
         statuses = ("committed",) if final else VISIBLE
         q = (select(LakeFile.table_name, LakeFile.path, LakeFile.hidden, LakeFile.schema_version)
              .where(LakeFile.status.in_(statuses)))
+        if tables is not None:
+            q = q.where(LakeFile.table_name.in_(list(tables)))
         if partition is not None:
             q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
                         | LakeFile.job.is_(None))
