@@ -104,13 +104,17 @@ def step_ingest(lake: str, dumps: str) -> dict:
             "rejected": summary.rejected, "attempts": len(summary.diagnosed)}
 
 
-def step_rediagnose(lake: str, batch: int) -> dict:
-    """``rediagnose`` with ``batch`` (0: as the code does by default, for a --baseline without batches)."""
+def step_rediagnose(lake: str, batch: int, workers: int = 1) -> dict:
+    """``rediagnose`` with ``batch`` (0: as the code does by default, for a --baseline without batches) on
+    ``workers`` processes (1: this one, and the only way a --baseline without workers is called)."""
     from frlake.session import Frlake
 
     started, cpu = time.perf_counter(), time.process_time()
     with Frlake.open(lake) as fl:
-        diagnoses = fl.rediagnose(batch=batch) if batch else fl.rediagnose()
+        options = {"batch": batch} if batch else {}
+        if workers > 1:
+            options["workers"] = workers
+        diagnoses = fl.rediagnose(**options)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         digest = hashlib.sha256()
         for job, attempt in fl.attempt_keys():
@@ -151,7 +155,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.step:
         name, *rest = args.step
-        result = step_ingest(*rest) if name == "ingest" else step_rediagnose(rest[0], int(rest[1]))
+        result = step_ingest(*rest) if name == "ingest" else step_rediagnose(rest[0], *map(int, rest[1:]))
         print(json.dumps(result))
         return 0
 
