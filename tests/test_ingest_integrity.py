@@ -291,3 +291,22 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
     assert summary.unchanged == 8 and summary.rejected == 0
     assert summary.ingested + summary.already_present == total - 8
     assert_lake_is_clean(lake)
+
+
+def test_this_process_reading_beside_its_workers_ingests_what_one_worker_does(tmp_path, corpus):
+    """With two workers and without ``isolate`` the session's process reads batches beside a worker process
+    (whoever is free takes the next one); with ``isolate`` the worker processes read them all. Both leave
+    the lake and catalog that one worker in-process leaves (small batches: many of each)."""
+    from tests.helpers import snapshot
+
+    snaps = []
+    for name, options in (("one", IngestOptions(workers=1, chunk_files=2, diagnose=False)),
+                          ("beside", IngestOptions(workers=2, chunk_files=2, diagnose=False)),
+                          ("isolated", IngestOptions(workers=2, chunk_files=2, diagnose=False, isolate=True))):
+        settings = Settings.resolve(tmp_path / name)
+        with Frlake(settings) as fl:
+            summary = fl.ingest([corpus], options)
+        assert summary.rejected == 0 and summary.ingested > 8, summary
+        snaps.append(snapshot(settings))
+    assert snaps[1] == snaps[0]
+    assert snaps[2] == snaps[0]
