@@ -61,7 +61,7 @@ log = logging.getLogger("frlake.ingest")
 class IngestOptions:
     identity: IdentityOptions = IdentityOptions()
     workers: int = 1
-    isolate: bool = False  # parse in worker processes only (under a CPU budget per dump), even with one worker
+    isolate: bool = False  # parse in a worker process (under a CPU budget per dump) even with one worker
     force: bool = False  # re-read files whose size and mtime did not change
     limits: Limits = Limits()
     chunk_files: int = 32
