@@ -238,28 +238,17 @@ class _Run:
         """Batches in worker processes. If a worker dies (a dump over its CPU
         budget, or the out-of-memory killer), each file of the batches it took
         down is tried again on its own; the one that kills its worker again is
-        rejected, and the other batches go on in a new pool.
-
-        Unless ``isolate``, this process is one of the ``workers``: it reads a
-        batch itself whenever the worker processes have theirs queued (whoever
-        is free takes the next batch), from the start, while the first worker
-        is still starting, as one worker does in-process."""
-        steal = not self.options.isolate
-        try:
-            lost = self._run_pool(chunks, workers, steal)
-            while lost:
-                self._check_workers_start()
-                for src in (src for chunk in lost for src in chunk):
-                    if self._run_pool(iter([[src]]), 1):
-                        self._reject(src, "worker_killed",
-                                     f"its worker was stopped while reading it: over the CPU budget of "
-                                     f"{self.options.limits.cpu_budget(src.size):.0f} s (a hash bomb?), "
-                                     f"or out of memory")
-                        self._release([src])
-                lost = self._run_pool(chunks, workers, steal)
-        finally:
-            if steal:
-                release_catalog()  # the connection this process read its batches with goes with the run
+        rejected, and the other batches go on in a new pool."""
+        lost = self._run_pool(chunks, workers)
+        while lost:
+            self._check_workers_start()
+            for src in (src for chunk in lost for src in chunk):
+                if self._run_pool(iter([[src]]), 1):
+                    self._reject(src, "worker_killed",
+                                 f"its worker was stopped while reading it: over the CPU budget of "
+                                 f"{self.options.limits.cpu_budget(src.size):.0f} s (a hash bomb?), or out of memory")
+                    self._release([src])
+            lost = self._run_pool(chunks, workers)
 
     def _check_workers_start(self) -> None:
         """A worker that dies is a verdict on the file it read only if a
@@ -280,28 +269,21 @@ class _Run:
             "script, put the code that calls it under `if __name__ == \"__main__\":` (Python re-runs the script "
             "in each worker process), or use IngestOptions(workers=1); otherwise see the workers' error above.")
 
-    def _run_pool(self, chunks: Iterator[list[Source]], workers: int, steal: bool = False) -> list[list[Source]]:
+    def _run_pool(self, chunks: Iterator[list[Source]], workers: int) -> list[list[Source]]:
         """Run batches in a new pool until they run out or a worker dies; then
-        return the batches that died with it. ``steal``: this process is one
-        of the ``workers`` and reads a batch itself whenever the others have
-        two batches each queued."""
-        processes = workers - 1 if steal and workers > 1 else workers
+        return the batches that died with it."""
         in_flight: dict[Future, list[Source]] = {}
         lost: list[list[Source]] = []
-        with ProcessPoolExecutor(max_workers=processes, mp_context=self.pool_context,
+        with ProcessPoolExecutor(max_workers=workers, mp_context=self.pool_context,
                                  initializer=enter_worker_process) as pool:
             try:
                 for chunk in chunks:
                     self.batch += 1
-                    if steal and len(in_flight) >= 2 * processes:
-                        self._commit_read(process_chunk(self.ctx, self.batch, chunk), chunk)
-                        lost += self._collect(in_flight, FIRST_COMPLETED, timeout=0)  # the batches done meanwhile
-                    else:
-                        in_flight[pool.submit(process_chunk, self.ctx, self.batch, chunk)] = chunk
-                        if not steal and len(in_flight) >= 2 * processes:
-                            lost += self._collect(in_flight, FIRST_COMPLETED)
-                    if lost:
-                        break
+                    in_flight[pool.submit(process_chunk, self.ctx, self.batch, chunk)] = chunk
+                    if len(in_flight) >= 2 * workers:
+                        lost += self._collect(in_flight, FIRST_COMPLETED)
+                        if lost:
+                            break
                 lost += self._collect(in_flight, ALL_COMPLETED)
             except BaseException:
                 for fut in in_flight:
@@ -309,9 +291,8 @@ class _Run:
                 raise
         return lost
 
-    def _collect(self, in_flight: dict[Future, list[Source]], when: str,
-                 timeout: float | None = None) -> list[list[Source]]:
-        done, _ = wait(in_flight, timeout, return_when=when)
+    def _collect(self, in_flight: dict[Future, list[Source]], when: str) -> list[list[Source]]:
+        done, _ = wait(in_flight, return_when=when)
         lost = []
         for fut in done:
             chunk = in_flight.pop(fut)
