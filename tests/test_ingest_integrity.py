@@ -293,15 +293,14 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
     assert_lake_is_clean(lake)
 
 
-def test_this_process_reading_beside_its_workers_ingests_what_one_worker_does(tmp_path, corpus):
-    """With two workers and without ``isolate`` the session's process reads batches beside a worker process
-    (whoever is free takes the next one); with ``isolate`` the worker processes read them all. Both leave
-    the lake and catalog that one worker in-process leaves (small batches: many of each)."""
+def test_two_worker_processes_ingest_what_one_worker_in_process_does(tmp_path, corpus):
+    """Two worker processes, with and without ``isolate``, leave the lake and catalog that one worker in the
+    session's process leaves (small batches: many of them, committed in the order they end)."""
     from tests.helpers import snapshot
 
     snaps = []
     for name, options in (("one", IngestOptions(workers=1, chunk_files=2, diagnose=False)),
-                          ("beside", IngestOptions(workers=2, chunk_files=2, diagnose=False)),
+                          ("two", IngestOptions(workers=2, chunk_files=2, diagnose=False)),
                           ("isolated", IngestOptions(workers=2, chunk_files=2, diagnose=False, isolate=True))):
         settings = Settings.resolve(tmp_path / name)
         with Frlake(settings) as fl:
