@@ -88,14 +88,24 @@ def test_a_killed_worker_leaves_its_batches_to_the_session(everything, tmp_path)
     killed: list[int] = []
     stop = threading.Event()
 
-    def kill_a_worker() -> None:  # a child of the forkserver is a worker (the only ones in this test)
+    def cpu_s(pid: str) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def kill_a_worker() -> None:
+        """SIGKILL a child of the forkserver (the only ones here are the workers) once it is diagnosing (its
+        start, when the pool hands it its first task, is past: a kill there can hang Python's pool)."""
         while not stop.is_set() and not killed:
             server = forkserver._forkserver._forkserver_pid
             children = Path(f"/proc/{server}/task/{server}/children") if server else None
-            pids = children.read_text().split() if children and children.exists() else []
-            if pids:
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed.append(int(pids[0]))
+            busy = [pid for pid in (children.read_text().split() if children and children.exists() else [])
+                    if cpu_s(pid) >= 0.3]
+            if busy:
+                os.kill(int(busy[0]), signal.SIGKILL)
+                killed.append(int(busy[0]))
             stop.wait(0.01)
 
     watcher = threading.Thread(target=kill_a_worker)
