@@ -9,15 +9,19 @@ collective given another shape), into ``WORKDIR/dumps`` (kept and reused
 when present with the same plan). Then, each step a process of its own
 (wall, CPU and peak RSS of its tree, bench/measure.py):
 
-1. ``ingest`` of the folder into a fresh lake (its diagnosis in batches),
-   with the ingest summary's seconds per phase;
-2. ``rediagnose`` in batches and one attempt at a time (``batch=1``), and
-   with ``--baseline DIR`` that checkout's ``rediagnose`` (the code before
-   batches, e.g. a worktree of main), alternated ``--rounds`` times;
+1. ``ingest`` of the folder into a fresh lake (its diagnosis in batches)
+   with ``--workers`` workers, with the ingest summary's seconds per phase;
+2. ``rediagnose`` in batches on one process and on ``--workers`` (default
+   2), one attempt at a time (``batch=1``), and with ``--baseline DIR`` that
+   checkout's ``rediagnose`` (the code before batches, e.g. a worktree of
+   main), alternated ``--rounds`` times;
 3. the stored diagnoses of the two compared (JSON without ``seconds``).
 
     python bench/bench_bulk.py [--attempts 450] [--entries 300] [--rounds 2] [--workdir DIR]
-        [--baseline DIR] [--skip-one-at-a-time] [--out bench/results/bulk.json]
+        [--baseline DIR] [--skip-one-at-a-time] [--workers 2] [--lake DIR] [--out bench/results/bulk.json]
+
+``--lake DIR``: rediagnose that lake (made by an earlier run) instead of
+writing the dumps and ingesting them.
 
 The machine's load average is recorded before and after each step.
 """
@@ -94,23 +98,28 @@ def write_dumps(out: Path, attempts: int, entries: int, seed: int = 32) -> dict:
 
 
 # -- the steps, each run in a process of its own ----------------------------------------------------------
-def step_ingest(lake: str, dumps: str) -> dict:
+def step_ingest(lake: str, dumps: str, workers: int = 1) -> dict:
+    from frlake.ingest import IngestOptions
     from frlake.session import Frlake
 
     shutil.rmtree(lake, ignore_errors=True)
     with Frlake.open(lake) as fl:
-        summary = fl.ingest([dumps])
+        summary = fl.ingest([dumps], IngestOptions(workers=workers))
     return {"seconds": summary.seconds, "phases": summary.phases, "ingested": summary.ingested,
             "rejected": summary.rejected, "attempts": len(summary.diagnosed)}
 
 
-def step_rediagnose(lake: str, batch: int) -> dict:
-    """``rediagnose`` with ``batch`` (0: as the code does by default, for a --baseline without batches)."""
+def step_rediagnose(lake: str, batch: int, workers: int = 1) -> dict:
+    """``rediagnose`` with ``batch`` (0: as the code does by default, for a --baseline without batches) on
+    ``workers`` processes (1: this one, and the only way a --baseline without workers is called)."""
     from frlake.session import Frlake
 
     started, cpu = time.perf_counter(), time.process_time()
     with Frlake.open(lake) as fl:
-        diagnoses = fl.rediagnose(batch=batch) if batch else fl.rediagnose()
+        options = {"batch": batch} if batch else {}
+        if workers > 1:
+            options["workers"] = workers
+        diagnoses = fl.rediagnose(**options)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         digest = hashlib.sha256()
         for job, attempt in fl.attempt_keys():
@@ -146,18 +155,21 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default="/tmp/frlake-bench-bulk")
     ap.add_argument("--skip-one-at-a-time", action="store_true", help="only the batches (10,000 attempts)")
     ap.add_argument("--baseline", help="a checkout of frlake before batches (its rediagnose, alternated too)")
+    ap.add_argument("--workers", type=int, default=2, help="the processes of the second batches run (1: none)")
+    ap.add_argument("--lake", help="an ingested lake to rediagnose (no dumps written, no ingest)")
     ap.add_argument("--out", default=str(HERE / "results" / "bulk.json"))
     ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)  # internal: one step in this process
     args = ap.parse_args(argv)
     if args.step:
         name, *rest = args.step
-        result = step_ingest(*rest) if name == "ingest" else step_rediagnose(rest[0], int(rest[1]))
+        result = (step_ingest(rest[0], rest[1], int(rest[2])) if name == "ingest"
+                  else step_rediagnose(rest[0], *map(int, rest[1:])))
         print(json.dumps(result))
         return 0
 
     work = Path(args.workdir)
-    dumps, lake = work / f"dumps-{args.attempts}", work / f"lake-{args.attempts}"
-    plan = write_dumps(dumps, args.attempts, args.entries)
+    dumps, lake = work / f"dumps-{args.attempts}", Path(args.lake or work / f"lake-{args.attempts}")
+    plan = {"files": None, "plan": []} if args.lake else write_dumps(dumps, args.attempts, args.entries)
     faults: dict[str, int] = {}
     for a in plan["plan"]:
         faults[a["fault"]] = faults.get(a["fault"], 0) + 1
@@ -168,16 +180,19 @@ def main(argv=None) -> int:
         "machine": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
         "attempts": args.attempts, "dumps": plan["files"], "entries_per_rank": args.entries, "faults": faults,
     }
-    print(f"{args.attempts} attempts, {plan['files']} dumps: ingest ...", flush=True)
-    results["ingest"] = _run(["--step", "ingest", str(lake), str(dumps)])
-    print(json.dumps(results["ingest"]), flush=True)
-    runs: dict[str, list] = {"one_at_a_time": [], "batches": [], "baseline": []}
+    if not args.lake:
+        print(f"{args.attempts} attempts, {plan['files']} dumps: ingest ...", flush=True)
+        results["ingest"] = _run(["--step", "ingest", str(lake), str(dumps), str(args.workers)])
+        print(json.dumps(results["ingest"]), flush=True)
+    runs: dict[str, list] = {"one_at_a_time": [], "batches": [], "workers": [], "baseline": []}
     for _ in range(args.rounds):
-        for mode, batch in (("batches", 0), ("one_at_a_time", 1), ("baseline", 0)):
-            if (mode == "one_at_a_time" and args.skip_one_at_a_time) or (mode == "baseline" and not args.baseline):
+        for mode, batch, workers in (("batches", 0, 1), ("workers", 0, args.workers), ("one_at_a_time", 1, 1),
+                                     ("baseline", 0, 1)):
+            if ((mode == "one_at_a_time" and args.skip_one_at_a_time) or (mode == "baseline" and not args.baseline)
+                    or (mode == "workers" and args.workers < 2)):
                 continue
             code = Path(args.baseline).resolve() if mode == "baseline" else CODE
-            run = _run(["--step", "rediagnose", str(lake), str(batch)], code)
+            run = _run(["--step", "rediagnose", str(lake), str(batch), str(workers)], code)
             print(mode, json.dumps(run), flush=True)
             runs[mode].append(run)
     results["rediagnose"] = {}
@@ -187,12 +202,18 @@ def main(argv=None) -> int:
             results["rediagnose"][mode] = {**best, "attempts_per_s": round(best["attempts"] / best["seconds"], 1),
                                            "seconds_all": [r["seconds"] for r in rs]}
     r = results["rediagnose"]
+    if "workers" in r:  # of the same round, each: the machine is shared
+        r["workers"]["count"] = args.workers
+        r["workers"]["speedup_rounds"] = [round(a["seconds"] / b["seconds"], 2)
+                                          for a, b in zip(runs["batches"], runs["workers"], strict=True)]
+        r["workers"]["cpu_ratio_rounds"] = [round(b["tree_cpu_s"] / a["tree_cpu_s"], 2)
+                                            for a, b in zip(runs["batches"], runs["workers"], strict=True)]
     if "one_at_a_time" in r:
         r["speedup"] = round(r["one_at_a_time"]["seconds"] / r["batches"]["seconds"], 2)
     if "baseline" in r:
         r["baseline_code"] = args.baseline
         r["speedup_over_baseline"] = round(r["baseline"]["seconds"] / r["batches"]["seconds"], 2)
-        r["same_diagnoses"] = len({x["stored_sha256"] for rs in runs.values() for x in rs}) == 1
+    r["same_diagnoses"] = len({x["stored_sha256"] for rs in runs.values() for x in rs}) == 1
     results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

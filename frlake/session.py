@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,10 @@ MEMO_ENTRIES = 128  # values a long-lived session keeps per catalog version (mem
 BATCH_DUMPS = 64
 BATCH_ATTEMPTS = 128
 BATCH_BYTES = 32 << 20
+# With several workers, small attempts go in about WORKER_BATCHES batches per worker (so that they finish
+# together), of at least MIN_WORKER_BATCH attempts (a batch's set-up is paid once per batch).
+WORKER_BATCHES = 4
+MIN_WORKER_BATCH = 16
 
 
 class NoLake(FrlakeError):
@@ -328,7 +333,8 @@ class Frlake:
         if options.diagnose:
             phase = time.perf_counter()
             told = (lambda i, n: progress(Step("diagnosing", i, n))) if progress else None
-            summary.diagnosed = [Brief.of(d) for d in self._diagnose_all(self.catalog.diagnoses.pending(), told)]
+            summary.diagnosed = [Brief.of(d) for d in self._diagnose_all(self.catalog.diagnoses.pending(), told,
+                                                                          workers=max(1, options.workers))]
             summary.phases["diagnosing"] = round(time.perf_counter() - phase, 3)
         summary.seconds = round(time.perf_counter() - started, 3)
         return summary
@@ -406,14 +412,18 @@ class Frlake:
         the attempt (more dumps, rediagnose) keeps it."""
         return self.diagnose(job, attempt, complete=True)
 
-    def rediagnose(self, job: str | None = None, *, batch: int = BATCH_ATTEMPTS) -> list[Diagnosis]:
+    def rediagnose(self, job: str | None = None, *, batch: int = BATCH_ATTEMPTS, workers: int = 1) -> list[Diagnosis]:
         """Recompute and store the diagnosis of every attempt (of ``job``),
         and its summary tables; small attempts ``batch`` at a time on one
-        connection (1: each on its own, as before; the same diagnoses)."""
+        connection (1: each on its own, as before; the same diagnoses), their
+        batches diagnosed by ``workers`` processes (stored by this one, in the
+        same order: the same diagnoses)."""
+        if workers < 1:
+            raise FrlakeError(f"workers must be at least 1, not {workers}")
         keys = self.catalog.attempts.keys(job)
         if job is not None and not keys:
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
-        return self._diagnose_all(keys, batch=batch)
+        return self._diagnose_all(keys, batch=batch, workers=workers)
 
     def diagnose_pending(self) -> list[Diagnosis]:
         """Diagnose the attempts whose stored diagnosis is missing or older
@@ -444,11 +454,13 @@ class Frlake:
         return self.catalog.diagnoses.get(job, attempt) or self._analyse(job, attempt, None)[0]
 
     def _diagnose_all(self, keys: Iterable[tuple[str, int]], progress=None, *,
-                      batch: int = BATCH_ATTEMPTS) -> list[Diagnosis]:
+                      batch: int = BATCH_ATTEMPTS, workers: int = 1) -> list[Diagnosis]:
         """Diagnose and store these attempts; ``progress(done, total)`` after each. Attempts of at most
         ``BATCH_DUMPS`` dumps go in batches of up to ``batch`` attempts (``BATCH_BYTES`` of files) on one
         connection, stored together (frlake.query.batch); the others, and every one with ``batch`` 1, one
-        at a time. Either way each gets the same diagnosis."""
+        at a time. Either way each gets the same diagnosis. With ``workers`` > 1 and small attempts enough
+        for two batches a worker, the batches (smaller, so that the work spreads evenly) are diagnosed by
+        worker processes and stored here, in order (_diagnose_in_workers)."""
         keys = list(keys)
         if not keys:
             return []
@@ -466,8 +478,15 @@ class Frlake:
 
         if progress:
             progress(0, len(keys))
+        least = min(batch, MIN_WORKER_BATCH)
+        spread = workers > 1 and len(small) >= 2 * workers * least
+        if spread:  # a few batches per worker, each of at least MIN_WORKER_BATCH attempts (or ``batch``)
+            batch = max(least, min(batch, -(-len(small) // (WORKER_BATCHES * workers))))
         with self._summary_writer() as writer:
-            for part in self._batches(small, batch):
+            parts: Iterator[tuple[list, list]] = self._batches(small, batch)
+            if spread:  # what the workers left (one died) is diagnosed here
+                parts = chain(self._diagnose_in_workers(writer, parts, complete, states, told, workers), parts)
+            for part in parts:
                 self._diagnose_batch(writer, part, complete, states, told)
             for job, attempt in keys:
                 if (job, attempt) not in done:
@@ -499,9 +518,56 @@ class Frlake:
             if part:
                 yield part, _by_id(shared, by_key, part)
 
+    def _diagnose_in_workers(self, writer, parts: Iterator[tuple[list, list]], complete: set, states: dict, told,
+                             workers: int) -> list[tuple[list, list]]:
+        """Batches from ``parts`` diagnosed by ``workers`` processes (from ingest's forkserver: they hold
+        nothing of this process) and stored here in the order they come, as one process stores them; at
+        most ``2 * workers`` batches in flight, so memory stays bounded whatever the number of attempts.
+        Workers only read: if one dies, nothing of its batches was stored, and the batches taken from
+        ``parts`` and not stored yet are returned, in order, for this process to diagnose."""
+        from collections import deque
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        from frlake.ingest.pool import pool_context
+
+        in_flight: deque = deque()  # [future, batch], oldest first (the future None until submitted)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context()) as pool:
+            try:
+                while True:
+                    while len(in_flight) < 2 * workers and (part := next(parts, None)) is not None:
+                        in_flight.append([None, part])
+                        in_flight[-1][0] = pool.submit(_diagnose_batch_in_worker, self.settings, part,
+                                                       {k for k in part[0] if k in complete},
+                                                       {k: states[k] for k in part[0]})
+                    if not in_flight:
+                        return []
+                    made = in_flight[0][0].result()
+                    in_flight.popleft()
+                    self._store_batch(writer, made, told)
+            except BrokenProcessPool:
+                pass
+            finally:
+                for future, _ in in_flight:
+                    if future is not None:
+                        future.cancel()
+        lost = [part for _, part in in_flight]
+        log.warning("a diagnosis worker died; this process diagnoses the %d batches it left", len(lost))
+        return lost
+
     def _diagnose_batch(self, writer, batch: tuple[list, list], complete: set, states: dict, told) -> None:
         """Diagnose a batch of small attempts on one connection (frlake.query.batch) and store them
         together (``SummaryWriter.store_many``)."""
+        self._store_batch(writer, self._batch_diagnoses(batch, complete, states), told)
+
+    @staticmethod
+    def _store_batch(writer, made: list, told) -> None:
+        writer.store_many(made)
+        for diag, _, _ in made:
+            told((diag.job, diag.attempt), diag)
+
+    def _batch_diagnoses(self, batch: tuple[list, list], complete: set, states: dict) -> list:
+        """A batch's (diagnosis, revision, summary) of each attempt, what ``_diagnose_batch`` stores."""
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.diagnose.batched import BatchRelations
         from frlake.diagnose.evidence import BatchReads
@@ -531,11 +597,8 @@ class Frlake:
                 made.append((diag, revision))
             summaries.keep_batch(together.entries, together.dumps, together.keys)
             rows = summaries.tables(keys)
-        made = [(diag, revision, AttemptSummary(rows[(diag.job, diag.attempt)], (diag.job, diag.attempt) in held.summarised))
+        return [(diag, revision, AttemptSummary(rows[(diag.job, diag.attempt)], (diag.job, diag.attempt) in held.summarised))
                 for diag, revision in made]
-        writer.store_many(made)
-        for diag, _, _ in made:
-            told((diag.job, diag.attempt), diag)
 
     def _summary_writer(self):
         from frlake.storage.summary_tables import SummaryWriter
@@ -717,6 +780,20 @@ class Frlake:
             return spec.run(con, window or Window(), limit, **params)
         with self._connection(catalog_views=spec.views, lake_tables=spec.tables) as own:
             return spec.run(own, window or Window(), limit, **params)
+
+
+_worker_session: Frlake | None = None  # in a diagnosis worker: its session, kept from batch to batch
+
+
+def _diagnose_batch_in_worker(settings: Settings, batch: tuple[list, list], complete: set, states: dict) -> list:
+    """In a diagnosis worker (Frlake._diagnose_in_workers): what ``Frlake._batch_diagnoses`` makes of the
+    batch, computed on a session of the worker's own over the same lake and catalog, which it only reads."""
+    global _worker_session
+    if _worker_session is None or _worker_session.settings != settings:
+        if _worker_session is not None:
+            _worker_session.close()
+        _worker_session = Frlake(settings)
+    return _worker_session._batch_diagnoses(batch, complete, states)
 
 
 def _by_id(shared: list, by_key: dict, keys: list) -> list:

@@ -5,6 +5,7 @@ frlake.query.batch), get the diagnoses they get one at a time: byte for byte (th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,76 @@ def test_a_batch_stores_what_one_at_a_time_stores_in_either_catalog(any_db):
         again = _stored(fl)
     assert alone["culprits"] and alone["rank_stats"]
     assert alone == together == again
+
+
+def test_two_workers_store_what_one_process_stores(everything):
+    """Batches diagnosed by two worker processes and stored by the session, in order: the same stored
+    diagnoses and summary tables as in one process, returned in the same order."""
+    with Frlake(everything) as fl:
+        one = fl.rediagnose(batch=4)
+        alone = _stored(fl)
+        two = fl.rediagnose(batch=4, workers=2)
+        spread = _stored(fl)
+    assert [(d.job, d.attempt) for d in two] == [(d.job, d.attempt) for d in one]
+    differ = [k for k in alone if alone[k] != spread.get(k)]
+    assert not differ, f"stored differently by two workers: {differ[:5]}"
+
+
+def test_a_killed_worker_leaves_its_batches_to_the_session(everything, tmp_path):
+    """SIGKILL of a diagnosis worker as it works: the session diagnoses what it left, and the lake ends as
+    one process leaves it (its files committed only, nothing pending)."""
+    import os
+    import shutil
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    from frlake.storage.files import LakeFiles
+    from tests.helpers import visible_parquet
+
+    settings = Settings.resolve(tmp_path / "lake")
+    shutil.copytree(everything.lake, settings.lake)
+    with Frlake(settings) as fl:
+        fl.rediagnose(batch=4)
+        alone = _stored(fl)
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def cpu_s(pid: str) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def kill_a_worker() -> None:
+        """SIGKILL a child of the forkserver (the only ones here are the workers) once it is diagnosing (its
+        start, when the pool hands it its first task, is past: a kill there can hang Python's pool)."""
+        while not stop.is_set() and not killed:
+            server = forkserver._forkserver._forkserver_pid
+            children = Path(f"/proc/{server}/task/{server}/children") if server else None
+            busy = [pid for pid in (children.read_text().split() if children and children.exists() else [])
+                    if cpu_s(pid) >= 0.3]
+            if busy:
+                os.kill(int(busy[0]), signal.SIGKILL)
+                killed.append(int(busy[0]))
+            stop.wait(0.01)
+
+    watcher = threading.Thread(target=kill_a_worker)
+    watcher.start()
+    try:
+        with Frlake(settings) as fl:
+            diagnoses = fl.rediagnose(batch=4, workers=2)
+            after = _stored(fl)
+            files = LakeFiles(fl.catalog)
+            committed = {f.path for f in files.committed()}
+            assert files.pending() == [] and files.publishing() == []
+            assert fl.catalog.diagnoses.pending() == []
+    finally:
+        stop.set()
+        watcher.join()
+    assert killed, "no worker was seen to kill"
+    assert len(diagnoses) == sum(1 for k in alone if "/" in k)
+    assert visible_parquet(settings) == committed
+    differ = [k for k in alone if alone[k] != after.get(k)]
+    assert not differ, f"stored differently after a worker was killed: {differ[:5]}"

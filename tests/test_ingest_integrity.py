@@ -291,3 +291,21 @@ def test_an_in_process_ingest_that_fails_mid_run_keeps_the_batches_before_and_a_
     assert summary.unchanged == 8 and summary.rejected == 0
     assert summary.ingested + summary.already_present == total - 8
     assert_lake_is_clean(lake)
+
+
+def test_two_worker_processes_ingest_what_one_worker_in_process_does(tmp_path, corpus):
+    """Two worker processes, with and without ``isolate``, leave the lake and catalog that one worker in the
+    session's process leaves (small batches: many of them, committed in the order they end)."""
+    from tests.helpers import snapshot
+
+    snaps = []
+    for name, options in (("one", IngestOptions(workers=1, chunk_files=2, diagnose=False)),
+                          ("two", IngestOptions(workers=2, chunk_files=2, diagnose=False)),
+                          ("isolated", IngestOptions(workers=2, chunk_files=2, diagnose=False, isolate=True))):
+        settings = Settings.resolve(tmp_path / name)
+        with Frlake(settings) as fl:
+            summary = fl.ingest([corpus], options)
+        assert summary.rejected == 0 and summary.ingested > 8, summary
+        snaps.append(snapshot(settings))
+    assert snaps[1] == snaps[0]
+    assert snaps[2] == snaps[0]

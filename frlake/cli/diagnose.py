@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -79,14 +80,19 @@ def _print_other_attempts(job: str, others) -> None:
 def rediagnose_command(
     ctx: typer.Context,
     job: Annotated[str | None, typer.Option(help="Only this job's attempts.")] = None,
+    workers: Annotated[int, typer.Option(help="Diagnosing processes.", min=1)] = min(4, os.cpu_count() or 1),
     fmt: FormatOpt = Format.table,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
 ) -> None:
     """Recompute and store the diagnosis of every attempt in the lake (after
     frlake's algorithm improved)."""
+    if workers > 1:
+        from frlake.ingest.pool import pool_context
+
+        pool_context()  # the workers' forkserver imports what they need while this process opens the catalog
     with open_session(ctx, lake, db_url, must_exist=True) as session:
-        results = session.rediagnose(job)
+        results = session.rediagnose(job, workers=workers)
     rows = [[d.job, d.attempt, d.verdict.value, d.root.rank if d.root else None, d.root.host if d.root else None,
              d.root.reason if d.root else None] for d in results]
     emit_rows(["job", "attempt", "verdict", "rank", "host", "reason"], rows, fmt)
