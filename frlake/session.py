@@ -333,8 +333,9 @@ class Frlake:
         if options.diagnose:
             phase = time.perf_counter()
             told = (lambda i, n: progress(Step("diagnosing", i, n))) if progress else None
-            summary.diagnosed = [Brief.of(d) for d in self._diagnose_all(self.catalog.diagnoses.pending(), told,
-                                                                          workers=max(1, options.workers))]
+            # one process: diagnosis workers pay at a few hundred attempts and cost more than they give at
+            # thousands (bench/README.md, "Many small attempts"); rediagnose --workers offers them
+            summary.diagnosed = [Brief.of(d) for d in self._diagnose_all(self.catalog.diagnoses.pending(), told)]
             summary.phases["diagnosing"] = round(time.perf_counter() - phase, 3)
         summary.seconds = round(time.perf_counter() - started, 3)
         return summary

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -80,7 +79,9 @@ def _print_other_attempts(job: str, others) -> None:
 def rediagnose_command(
     ctx: typer.Context,
     job: Annotated[str | None, typer.Option(help="Only this job's attempts.")] = None,
-    workers: Annotated[int, typer.Option(help="Diagnosing processes.", min=1)] = min(4, os.cpu_count() or 1),
+    workers: Annotated[int, typer.Option(help="Diagnosing processes (batches of small attempts; 1: this one). "
+                                              "Two are 1.07x faster on 450 small attempts and slower on 10,000.",
+                                         min=1)] = 1,
     fmt: FormatOpt = Format.table,
     lake: LakeOpt = None,
     db_url: DbUrlOpt = None,
