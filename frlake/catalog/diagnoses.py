@@ -28,7 +28,10 @@ class Diagnoses(Store):
         storing nothing, when the attempt is gone or holds a diagnosis made
         from a newer revision."""
         with self.session(write=True) as s:
-            return _save(s, diag, revision, also, utcnow())
+            stored = _save_many(s, [(diag, revision)], utcnow())[0]
+            if stored and also is not None:
+                also(s)
+            return stored
 
     def save_many(self, items: Sequence[tuple[Diagnosis, int]],
                   also: Callable[[Session, list[bool]], None] | None = None) -> list[bool]:
@@ -41,7 +44,7 @@ class Diagnoses(Store):
                 order = sorted(range(len(items)), key=lambda i: (items[i][0].job, items[i][0].attempt))
                 stored = [False] * len(items)
                 for i in order:
-                    stored[i] = _save(s, items[i][0], items[i][1], None, now)
+                    stored[i] = _save_many(s, [items[i]], now)[0]
             else:
                 stored = _save_many(s, items, now)
             if also is not None:
@@ -112,8 +115,10 @@ class Diagnoses(Store):
 
 
 def _save_many(s: Session, items: Sequence[tuple[Diagnosis, int]], now) -> list[bool]:
-    """:func:`_save` of several attempts (each once) inside the transaction ``s``, by a few statements for
-    all of them (a batch of small attempts was 10 statements an attempt): the same rows."""
+    """:meth:`Diagnoses.save` of several attempts (each once) inside the transaction ``s``, by a few
+    statements for all of them, whether each was stored. Each attempt's row is locked (PostgreSQL; SQLite
+    writers take turns anyway), in key order, so two processes that diagnose the same attempt store one
+    after the other, and an older view never replaces a newer one."""
     found = {}  # (job, attempt) -> (attempt id, the stored diagnosis' revision, the attempt's, due)
     for chunk in chunks(sorted((d.job, d.attempt) for d, _ in items), 500):
         rows = s.execute(
@@ -121,7 +126,7 @@ def _save_many(s: Session, items: Sequence[tuple[Diagnosis, int]], now) -> list[
                    Attempt.diagnosis_due)
             .join(Job, Job.id == Attempt.job_id).outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
             .where(tuple_(Job.name, Attempt.number).in_(chunk))
-            .order_by(Job.name, Attempt.number).with_for_update(of=Attempt)  # locked in key order, as _save's
+            .order_by(Job.name, Attempt.number).with_for_update(of=Attempt)
         ).all()
         found.update({(job, number): rest for job, number, *rest in rows})
     stored, kept, due_now = [], [], {True: [], False: []}
@@ -166,41 +171,3 @@ def _culprit_row(incident_id: int, position: int, c) -> dict:
                 pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
                 stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
                 top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
-
-
-def _save(s: Session, diag: Diagnosis, revision: int, also: Callable[[Session], None] | None, now) -> bool:
-    """:meth:`Diagnoses.save` inside the transaction ``s``."""
-    # The attempt's row locked (PostgreSQL; SQLite writers take turns anyway), so two processes
-    # that diagnose the same attempt store one after the other, and an older view never
-    # replaces a newer one.
-    found = s.execute(
-        select(Attempt.id, IncidentRow.attempt_revision, Attempt.revision, Attempt.diagnosis_due)
-        .join(Job, Job.id == Attempt.job_id)
-        .outerjoin(IncidentRow, IncidentRow.attempt_id == Attempt.id)
-        .where(Job.name == diag.job, Attempt.number == diag.attempt).with_for_update(of=Attempt)
-    ).first()
-    if found is None:
-        return False  # forgotten meanwhile
-    attempt_id, stored, current, due = found
-    if stored is not None and stored > revision:
-        return False
-    if also is not None:
-        also(s)
-    if due != (revision < (current or 0)):
-        s.execute(update(Attempt).where(Attempt.id == attempt_id).values(diagnosis_due=not due))
-    old = select(IncidentRow.id).where(IncidentRow.attempt_id == attempt_id).scalar_subquery()
-    s.execute(delete(CulpritRow).where(CulpritRow.incident_id == old))
-    s.execute(delete(RankStat).where(RankStat.incident_id == old))
-    s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
-    s.flush()
-    incident = IncidentRow(
-        attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary,
-        world_size=diag.world_size, n_dumps=len(diag.ranks_dumped),
-        algorithm_version=diag.algorithm_version, diagnosed_at=now,
-        report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision,
-    )
-    s.add(incident)
-    s.flush()
-    s.add_all(CulpritRow(**_culprit_row(incident.id, i, c)) for i, c in enumerate(diag.culprits))
-    s.add_all(RankStat(incident_id=incident.id, **r) for r in diag.rank_lateness)
-    return True
