@@ -48,11 +48,11 @@ def open_sandbox(catalog: Catalog | None, lake: Lake, limits: QueryLimits = Quer
     views); ``catalog`` may be None when there are none (``SELECT 1`` opens no catalog). ``single_use``:
     closed after one query (``Sandbox``)."""
     views = None if views is None else frozenset(views)
+    reads_lake = views is None or not CATALOG_VIEW_NAMES.issuperset(views)  # a lake table or a derived view
     con, sources = _open(catalog, lake, None if views is None else CATALOG_VIEW_NAMES.intersection(views),
-                         partition, sealed=True, lake_views=views is None or not CATALOG_VIEW_NAMES.issuperset(views))
+                         partition, sealed=True, lake_tables=None if reads_lake else ())
     lock_down(con, limits)
     return Sandbox(con, sources, limits, single_use=single_use)
-
 
 
 # The views whose rows of one attempt are made of that attempt's files alone: the lake's partitioned tables
@@ -110,12 +110,12 @@ def one_attempt(sql: str) -> tuple[str, int] | None:
 
 
 def _open(catalog: Catalog | None, lake: Lake, catalog_views, partition, sealed: bool,
-          files: Iterable | None = None, lake_views: bool = True,
+          files: Iterable | None = None,
           lake_tables: Iterable[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
     con = duckdb.connect(":memory:", config={"threads": 2})
     try:
         sources = create_views(con, lake, catalog, catalog_views, partition, sealed=sealed, files=files,
-                               lake_views=lake_views, lake_tables=lake_tables)
+                               lake_tables=lake_tables)
         con.execute("SET parquet_metadata_cache = true")  # Parquet footers read once per connection
     except BaseException:
         con.close()

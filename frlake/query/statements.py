@@ -130,21 +130,15 @@ def views_read(sql: str, views: Iterable[str]) -> frozenset[str] | None:
     except QueryError:
         return None
     names, ctes = set(), set()
-    stack: list = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            kind = item.get("type")
-            if kind == "TABLE_FUNCTION" or (kind == "SHOW_REF" and item.get("query") is None):
-                return None  # duckdb_views(), SHOW TABLES, SHOW name: what they show is every view
-            if kind == "BASE_TABLE":
-                if item.get("schema_name") or item.get("catalog_name"):
-                    return None
-                names.add(str(item.get("table_name", "")).lower())
-            ctes.update(str(cte.get("key", "")).lower() for cte in (item.get("cte_map") or {}).get("map") or ())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    for item in _nodes(tree):
+        kind = item.get("type")
+        if kind == "TABLE_FUNCTION" or (kind == "SHOW_REF" and item.get("query") is None):
+            return None  # duckdb_views(), SHOW TABLES, SHOW name: what they show is every view
+        if kind == "BASE_TABLE":
+            if item.get("schema_name") or item.get("catalog_name"):
+                return None
+            names.add(str(item.get("table_name", "")).lower())
+        ctes.update(str(cte.get("key", "")).lower() for cte in (item.get("cte_map") or {}).get("map") or ())
     views = {v.lower() for v in views}
     # a CTE may read the view of its own name (WITH jobs AS (SELECT * FROM jobs ...)): kept
     return frozenset(names & views) if names <= views | ctes else None
@@ -172,19 +166,25 @@ def syntax_text(sql: str) -> str:
     return _parse("serialize", sql)
 
 
-def _functions(node):
-    """(kind, lower-case name) of every function call anywhere in the tree."""
-    stack = [node]
+def _nodes(tree):
+    """Every object (dict) anywhere in a syntax tree."""
+    stack = [tree]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            if item.get("type") == "TABLE_FUNCTION" and isinstance(item.get("function"), dict):
-                yield "table", str(item["function"].get("function_name", "")).lower()
-            if item.get("class") == "FUNCTION":
-                yield "scalar", str(item.get("function_name", "")).lower()
+            yield item
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _functions(node):
+    """(kind, lower-case name) of every function call anywhere in the tree."""
+    for item in _nodes(node):
+        if item.get("type") == "TABLE_FUNCTION" and isinstance(item.get("function"), dict):
+            yield "table", str(item["function"].get("function_name", "")).lower()
+        if item.get("class") == "FUNCTION":
+            yield "scalar", str(item.get("function_name", "")).lower()
 
 
 def _first_line(exc: Exception) -> str:

@@ -179,13 +179,13 @@ def _sql_str(text: str) -> str:
 def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | None,
                  catalog_views: Iterable[str] | None = None, partition: tuple[str, int] | None = None,
                  sealed: bool = False, files: Iterable[CommittedFile] | None = None,
-                 lake_views: bool = True, lake_tables: Iterable[str] | None = None) -> dict[str, object]:
+                 lake_tables: Iterable[str] | None = None) -> dict[str, object]:
     """Create one view per lake table (over committed Parquet files only) and
     register the catalog tables. Returns the Python objects registered, by
     name (a cursor of ``con`` must register them again to see the views).
 
-    ``catalog_views``: the catalog views to make (None: every one); ``lake_views`` False: no lake table and
-    no derived view. ``catalog`` is read only for what is made (None when nothing is).
+    ``catalog_views``: the catalog views to make (None: every one). ``catalog`` is read only for what is
+    made (None when nothing is: no catalog view, ``lake_tables`` empty).
 
     ``sealed`` (the SQL sandbox): the lake's files are read through Arrow
     datasets, not DuckDB's file readers, so the connection needs no file
@@ -205,8 +205,7 @@ def create_views(con: duckdb.DuckDBPyConnection, lake: Lake, catalog: Catalog | 
         sources[name] = obj
         return name
 
-    tables = {} if not lake_views else schema.TABLES if lake_tables is None else {
-        n: schema.TABLES[n] for n in lake_tables}
+    tables = schema.TABLES if lake_tables is None else {n: schema.TABLES[n] for n in lake_tables}
     if not tables:
         committed = {}
     elif files is None:
