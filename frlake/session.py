@@ -589,11 +589,12 @@ class Frlake:
                 revision, _, copies, _ = states[(job, attempt)]
                 claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
                 held.select(job, attempt)
-                if not reads.holds((job, attempt)):
+                alone = not reads.holds((job, attempt))  # else its relations are the batch's, kept below
+                if alone:
                     held.hold_entries()
                 diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
                                         claimed=claimed, batch=reads)
-                if not reads.holds((job, attempt)):  # else its relations are the batch's, kept below
+                if alone:
                     summaries.keep(job, attempt)
                 made.append((diag, revision))
             summaries.keep_batch(together.entries, together.dumps, together.keys)

@@ -88,10 +88,7 @@ class BatchRelations:
         build_rank_groups(con, _BATCH, build_calls(con, _BATCH, EveryAttempt), EveryAttempt)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_BATCH.group_keys} (rank BIGINT, pg_name VARCHAR, pg VARCHAR)")
         for name in _VIEWED:
-            con.execute(
-                f"""CREATE OR REPLACE TEMP VIEW {getattr(VIEWS, name)} AS
-                    SELECT * EXCLUDE (job, attempt) FROM {getattr(_BATCH, name)}
-                    WHERE job = getvariable('{JOB_VARIABLE}') AND attempt = getvariable('{ATTEMPT_VARIABLE}')""")
+            _attempt_view(con, getattr(VIEWS, name), getattr(_BATCH, name))
         k = EveryAttempt.k
         self._read = _by_key(con, f"SELECT job, attempt, rank, host, first_record_id, n_entries FROM {_BATCH.dumps} "
                                   "ORDER BY job, attempt, rank")
@@ -101,7 +98,7 @@ class BatchRelations:
             for table, column in (("groups", "ranks"), ("group_runs", "rank_runs"))}
         self._desc = _by_key(con, "SELECT c.job, c.attempt, c.pg_name, min(c.pg_desc) FROM groups c "
                                   "WHERE c.group_size IS NOT NULL GROUP BY ALL")
-        self.build_rank_groups = _by_key(con, f"""SELECT job, attempt, rank, pg_name, min(pg_desc), min(lo), max(hi)
+        self._rank_groups = _by_key(con, f"""SELECT job, attempt, rank, pg_name, min(pg_desc), min(lo), max(hi)
                                              FROM {_BATCH.rank_groups} WHERE NOT is_p2p GROUP BY ALL""")
         self._last = _by_key(con, LAST_ENTRIES.format(k=k, rank_groups=_BATCH.rank_groups))
         self._p2p = {key: n for key, ((n,),) in _by_key(
@@ -119,7 +116,7 @@ class BatchRelations:
 
     def _rows(self, key: Key) -> BatchRows:
         return BatchRows(VIEWS, self._read.get(key, []), {t: rows.get(key, []) for t, rows in self._members.items()},
-                         self._desc.get(key, []), self.build_rank_groups.get(key, []), self._last.get(key, []),
+                         self._desc.get(key, []), self._rank_groups.get(key, []), self._last.get(key, []),
                          self._p2p.get(key, 0), self._timing.get(key, []), self._pending.get(key, []),
                          self._differ.get(key, []), key in self._p2p_disagree, self._states.get(key, []),
                          self._lateness.get(key))
@@ -142,8 +139,7 @@ def _lateness(con: duckdb.DuckDBPyConnection, keys: list[Key]) -> dict[Key, Late
     k = EveryAttempt.k
     con.execute(LATENESS.format(late=_LATE, k=k, ck="c.job, c.attempt, ", calls=_BATCH.calls,
                                 instances=_BATCH.instances))
-    con.execute(f"""CREATE OR REPLACE TEMP VIEW {_VIEW_LATE} AS SELECT * EXCLUDE (job, attempt) FROM {_LATE}
-                    WHERE job = getvariable('{JOB_VARIABLE}') AND attempt = getvariable('{ATTEMPT_VARIABLE}')""")
+    _attempt_view(con, _VIEW_LATE, _LATE)
     stats = _by_key(con, LATENESS_STATS.format(k=k, late=_LATE))
     late = {key: threshold({r[0]: RankLateness(*r) for r in rows}) for key, rows in stats.items() if rows}
     events = _by_key(con, LATE_EVENTS.format(
@@ -153,6 +149,12 @@ def _lateness(con: duckdb.DuckDBPyConnection, keys: list[Key]) -> dict[Key, Late
         {"jobs": [j for j, _ in late], "attempts": [a for _, a in late], "thresholds": [float(t) for t in late.values()]})
     span = {key: n for key, ((n,),) in _by_key(con, LATE_SPAN.format(k=k, late=_LATE) + " GROUP BY ALL").items()}
     return {key: Lateness(_VIEW_LATE, stats.get(key, []), events.get(key, []), span.get(key)) for key in keys}
+
+
+def _attempt_view(con: duckdb.DuckDBPyConnection, view: str, table: str) -> None:
+    """``view``: the rows of the batch's ``table`` of the attempt load sets on the connection, without the key."""
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW {view} AS SELECT * EXCLUDE (job, attempt) FROM {table}
+                    WHERE job = getvariable('{JOB_VARIABLE}') AND attempt = getvariable('{ATTEMPT_VARIABLE}')""")
 
 
 def _by_key(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> dict[Key, list[tuple]]:

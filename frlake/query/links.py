@@ -221,8 +221,8 @@ class BatchSummaries:
         for name, sql in (("collective_durations", _BATCH_DURATIONS), ("watchdog_lags", _BATCH_LAGS)):
             whole[name] = _keyed(self.con.sql(sql.format(kept=_BATCH_TIMED)).to_arrow_table(), schema.TABLES[name])
         # host_links of every attempt from those two, by one statement (as host_links makes an attempt's)
-        whole["host_links"] = _keyed(_batch_host_links(self.con, whole["collective_durations"],
-                                                       whole["watchdog_lags"]), schema.HOST_LINKS)
+        whole["host_links"] = _keyed(_host_links_rows(self.con, whole["collective_durations"],
+                                                      whole["watchdog_lags"], keyed=True), schema.HOST_LINKS)
         for name, table in whole.items():
             rows = _runs(table.column("job").to_pylist(), table.column("attempt").to_pylist())
             table = table.select(schema.TABLES[name].names)
@@ -240,16 +240,6 @@ def _keyed(table: pa.Table, columns: pa.Schema) -> pa.Table:
     return table.select(keyed.names).cast(keyed)
 
 
-def _batch_host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table) -> pa.Table:
-    con.register("_cd", durations)
-    con.register("_wl", lags)
-    try:
-        return con.sql(HOST_LINKS_OF.format(k="job, attempt, ", hk="hosts.job, hosts.attempt, ")).to_arrow_table()
-    finally:
-        con.unregister("_cd")
-        con.unregister("_wl")
-
-
 def _runs(jobs: list, attempts: list) -> dict[tuple[str, int], tuple[int, int]]:
     """(job, attempt) -> the range of its rows, in rows sorted by job and attempt."""
     runs: dict[tuple[str, int], tuple[int, int]] = {}
@@ -264,14 +254,21 @@ def host_links(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Tab
     ``watchdog_lags`` (as stored: the same values the report read before host_links existed)."""
     from frlake import schema
 
+    return _host_links_rows(con, durations, lags).select(schema.HOST_LINKS.names).cast(schema.HOST_LINKS)
+
+
+def _host_links_rows(con: duckdb.DuckDBPyConnection, durations: pa.Table, lags: pa.Table, *,
+                     keyed: bool = False) -> pa.Table:
+    """``HOST_LINKS_OF`` over these rows of the two tables: of one attempt, or (``keyed``) of each attempt of
+    rows led by job and attempt."""
     con.register("_cd", durations)
     con.register("_wl", lags)
     try:
-        table = con.sql(HOST_LINKS).to_arrow_table()
+        sql = HOST_LINKS_OF.format(k="job, attempt, ", hk="hosts.job, hosts.attempt, ") if keyed else HOST_LINKS
+        return con.sql(sql).to_arrow_table()
     finally:
         con.unregister("_cd")
         con.unregister("_wl")
-    return table.select(schema.HOST_LINKS.names).cast(schema.HOST_LINKS)
 
 
 def holds_summary(con: duckdb.DuckDBPyConnection, job: str, attempt: int) -> bool:
