@@ -197,7 +197,9 @@ def test_serve_watch_notify_posts_what_a_scan_found_and_shows_failures(tmp_path)
             page = client.get("/").get_data(as_text=True)
             assert "Alerts on" in page and "HTTP 500 Internal Server Error (try 1)" in page
             assert "secret-path" not in page
-            while not receiver.accepted:
+            # the receiver has the message before the outbox counts it sent (after the answer, in its own
+            # transaction): wait for both
+            while not (receiver.accepted and client.get("/api/notify").get_json()["destinations"][0]["sent"]):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             state = client.get("/api/notify").get_json()
