@@ -629,8 +629,11 @@ def write_job(outdir: str, world: int, entries: int, *, job: str = "synth", atte
             chunk = max(1, min(32, world // (procs * 8)))
             parts = [range(i, min(world, i + chunk)) for i in range(0, world, chunk)]
             # never a fork of the caller: a forked copy of a process with threads (DuckDB's, a test
-            # runner's) can crash in its first garbage collection, and the pool then waits forever
-            with mp.get_context("forkserver").Pool(procs, initializer=_adopt, initargs=(J, outdir)) as pool:
+            # runner's) can crash in its first garbage collection, and the pool then waits forever. Nor
+            # the caller's forkserver: a process has one, and it keeps the modules of whoever started it
+            # first; started here, it would give frlake's ingest workers in this process no preloaded
+            # frlake (each worker would import it, 0.3 CPU s: the benches measured that, not ingest)
+            with mp.get_context("spawn").Pool(procs, initializer=_adopt, initargs=(J, outdir)) as pool:
                 total = sum(pool.imap_unordered(_write_ranks, parts))
         else:
             total = _write_ranks(range(world))
