@@ -458,8 +458,8 @@ class Frlake:
                       batch: int = BATCH_ATTEMPTS, workers: int = 1) -> list[Diagnosis]:
         """Diagnose and store these attempts; ``progress(done, total)`` after each. Attempts of at most
         ``BATCH_DUMPS`` dumps go in batches of up to ``batch`` attempts (``BATCH_BYTES`` of files) on one
-        connection, stored together (frlake.query.batch); the others, and every one with ``batch`` 1, one
-        at a time. Either way each gets the same diagnosis. With ``workers`` > 1 and small attempts enough
+        connection, stored together (frlake.query.batch), each batch on a thread of its own while the next
+        one is diagnosed (_StoredBehind); the others, and every one with ``batch`` 1, one at a time. Either way each gets the same diagnosis. With ``workers`` > 1 and small attempts enough
         for two batches a worker, the batches (smaller, so that the work spreads evenly) are diagnosed by
         worker processes and stored here, in order (_diagnose_in_workers)."""
         keys = list(keys)
@@ -483,12 +483,17 @@ class Frlake:
         spread = workers > 1 and len(small) >= 2 * workers * least
         if spread:  # a few batches per worker, each of at least MIN_WORKER_BATCH attempts (or ``batch``)
             batch = max(least, min(batch, -(-len(small) // (WORKER_BATCHES * workers))))
+        def stored(made: list) -> None:
+            for diag, _, _ in made:
+                told((diag.job, diag.attempt), diag)
+
         with self._summary_writer() as writer:
-            parts: Iterator[tuple[list, list]] = self._batches(small, batch)
-            if spread:  # what the workers left (one died) is diagnosed here
-                parts = chain(self._diagnose_in_workers(writer, parts, complete, states, told, workers), parts)
-            for part in parts:
-                self._diagnose_batch(writer, part, complete, states, told)
+            with _StoredBehind(writer.store_many, stored) as store:  # each batch stored while the next is made
+                parts: Iterator[tuple[list, list]] = self._batches(small, batch)
+                if spread:  # what the workers left (one died) is diagnosed here
+                    parts = chain(self._diagnose_in_workers(store, parts, complete, states, workers), parts)
+                for part in parts:
+                    store(self._batch_diagnoses(part, complete, states))
             for job, attempt in keys:
                 if (job, attempt) not in done:
                     told((job, attempt), self._diagnose_one(writer, job, attempt, (job, attempt) in complete,
@@ -519,7 +524,7 @@ class Frlake:
             if part:
                 yield part, _by_id(shared, by_key, part)
 
-    def _diagnose_in_workers(self, writer, parts: Iterator[tuple[list, list]], complete: set, states: dict, told,
+    def _diagnose_in_workers(self, store, parts: Iterator[tuple[list, list]], complete: set, states: dict,
                              workers: int) -> list[tuple[list, list]]:
         """Batches from ``parts`` diagnosed by ``workers`` processes (from ingest's forkserver: they hold
         nothing of this process) and stored here in the order they come, as one process stores them; at
@@ -545,7 +550,7 @@ class Frlake:
                         return []
                     made = in_flight[0][0].result()
                     in_flight.popleft()
-                    self._store_batch(writer, made, told)
+                    store(made)
             except BrokenProcessPool:
                 pass
             finally:
@@ -556,19 +561,8 @@ class Frlake:
         log.warning("a diagnosis worker died; this process diagnoses the %d batches it left", len(lost))
         return lost
 
-    def _diagnose_batch(self, writer, batch: tuple[list, list], complete: set, states: dict, told) -> None:
-        """Diagnose a batch of small attempts on one connection (frlake.query.batch) and store them
-        together (``SummaryWriter.store_many``)."""
-        self._store_batch(writer, self._batch_diagnoses(batch, complete, states), told)
-
-    @staticmethod
-    def _store_batch(writer, made: list, told) -> None:
-        writer.store_many(made)
-        for diag, _, _ in made:
-            told((diag.job, diag.attempt), diag)
-
     def _batch_diagnoses(self, batch: tuple[list, list], complete: set, states: dict) -> list:
-        """A batch's (diagnosis, revision, summary) of each attempt, what ``_diagnose_batch`` stores."""
+        """A batch's (diagnosis, revision, summary) of each attempt, what ``SummaryWriter.store_many`` stores."""
         from frlake.diagnose.analyze import diagnose_attempt
         from frlake.diagnose.batched import BatchRelations
         from frlake.diagnose.evidence import BatchReads
@@ -796,6 +790,41 @@ def _diagnose_batch_in_worker(settings: Settings, batch: tuple[list, list], comp
             _worker_session.close()
         _worker_session = Frlake(settings)
     return _worker_session._batch_diagnoses(batch, complete, states)
+
+
+class _StoredBehind:
+    """``store(batch)`` on a thread of its own, in the order given, while the caller makes the next batch;
+    then ``stored(batch)`` on the caller's thread. The two share this machine's cores: storing (Parquet
+    files, their syncs, the catalog) and diagnosing (DuckDB) let go of the GIL for most of their time. At
+    most one batch is stored while the next is made, so memory stays bounded; a failed store is raised at
+    the next call or at the end, and every batch given before a failure of the caller is still stored: as
+    batches stored one after another."""
+
+    def __init__(self, store, stored) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._store, self._stored = store, stored
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frlake-store")
+        self._storing: tuple | None = None  # (future, batch)
+
+    def __call__(self, batch: list) -> None:
+        self._wait()
+        self._storing = self._thread.submit(self._store, batch), batch
+
+    def _wait(self) -> None:
+        if self._storing is not None:
+            (storing, batch), self._storing = self._storing, None
+            storing.result()
+            self._stored(batch)
+
+    def __enter__(self) -> _StoredBehind:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._wait()
+        finally:
+            self._thread.shutdown()
 
 
 def _by_id(shared: list, by_key: dict, keys: list) -> list:

@@ -144,3 +144,62 @@ def test_a_killed_worker_leaves_its_batches_to_the_session(everything, tmp_path)
     assert visible_parquet(settings) == committed
     differ = [k for k in alone if alone[k] != after.get(k)]
     assert not differ, f"stored differently after a worker was killed: {differ[:5]}"
+
+
+def test_each_batch_is_stored_behind_the_next_in_order_and_told_on_the_callers_thread(everything, tmp_path):
+    """Ingest's diagnosis in batches of 4: stored on a thread of their own while the next is diagnosed, and
+    its progress told on the caller's thread (a progress bar or a server's status is never called from
+    another), attempt after attempt up to the total; the diagnoses those of one at a time."""
+    import shutil
+    import threading
+
+    from frlake.ingest.pipeline import Step
+
+    settings = Settings.resolve(tmp_path / "lake")
+    shutil.copytree(everything.lake, settings.lake)
+    told: list[tuple[int, int, str]] = []
+
+    def progress(step: Step) -> None:
+        if step.phase == "diagnosing":
+            told.append((step.done, step.total, threading.current_thread().name))
+
+    with Frlake(settings) as fl:
+        one_by_one = fl.rediagnose(batch=1)
+        alone = _stored(fl)
+        stored = fl._diagnose_all(fl.attempt_keys(), lambda done, total: progress(Step("diagnosing", done, total)),
+                                  batch=4)
+        together = _stored(fl)
+    assert [(d.job, d.attempt) for d in stored] == [(d.job, d.attempt) for d in one_by_one]
+    assert {name for *_, name in told} == {threading.current_thread().name}
+    assert [done for done, *_ in told] == list(range(len(one_by_one) + 1))
+    differ = [k for k in alone if alone[k] != together.get(k)]
+    assert not differ, f"stored differently behind the next batch: {differ[:5]}"
+
+
+def test_a_store_that_fails_is_raised_and_what_was_stored_before_it_stays():
+    """The storing thread (session._StoredBehind): batches stored in the order given, one behind at most;
+    a failed store raised to the caller at its next batch, after which nothing more is stored."""
+    import threading
+    import time
+
+    from frlake.session import _StoredBehind
+
+    stored_on, told, storing = [], [], threading.Event()
+
+    def store(batch: list) -> None:
+        storing.set()
+        time.sleep(0.05)
+        if batch == ["b"]:
+            raise OSError("the disk is full")
+        stored_on.append((batch, threading.current_thread().name))
+
+    with pytest.raises(OSError, match="the disk is full"):
+        with _StoredBehind(store, told.append) as behind:
+            behind(["a"])
+            assert storing.wait(5)
+            behind(["b"])  # waits for "a" to be stored first
+            assert told == [["a"]]
+            behind(["c"])  # "b" failed: raised here, "c" never stored
+    assert [batch for batch, _ in stored_on] == [["a"]]
+    assert stored_on[0][1] != threading.current_thread().name
+    assert told == [["a"]]
