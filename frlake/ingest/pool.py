@@ -16,7 +16,10 @@ def pool_context() -> BaseContext:
     inherit.
 
     The forkserver is started at once (and only once), so that its imports
-    run while this process does other work."""
+    run while this process does other work. A process has one forkserver:
+    if something else started it first, it preloaded nothing of frlake, and
+    each worker imports frlake itself (0.3 CPU s; bench/README.md, "Two
+    workers against the ceiling")."""
     if "forkserver" in get_all_start_methods():
         context = get_context("forkserver")
         context.set_forkserver_preload(["frlake.ingest.preload"])
