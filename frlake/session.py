@@ -459,8 +459,9 @@ class Frlake:
         """Diagnose and store these attempts; ``progress(done, total)`` after each. Attempts of at most
         ``BATCH_DUMPS`` dumps go in batches of up to ``batch`` attempts (``BATCH_BYTES`` of files) on one
         connection, stored together (frlake.query.batch), each batch on a thread of its own while the next
-        one is diagnosed (_StoredBehind); the others, and every one with ``batch`` 1, one at a time. Either way each gets the same diagnosis. With ``workers`` > 1 and small attempts enough
-        for two batches a worker, the batches (smaller, so that the work spreads evenly) are diagnosed by
+        one is diagnosed (_StoredBehind); the others, and every one with ``batch`` 1, one at a time. Either
+        way each gets the same diagnosis. With ``workers`` > 1 and small attempts enough for two batches a
+        worker, the batches (smaller, so that the work spreads evenly) are diagnosed by
         worker processes and stored here, in order (_diagnose_in_workers)."""
         keys = list(keys)
         if not keys:
@@ -483,6 +484,7 @@ class Frlake:
         spread = workers > 1 and len(small) >= 2 * workers * least
         if spread:  # a few batches per worker, each of at least MIN_WORKER_BATCH attempts (or ``batch``)
             batch = max(least, min(batch, -(-len(small) // (WORKER_BATCHES * workers))))
+
         def stored(made: list) -> None:
             for diag, _, _ in made:
                 told((diag.job, diag.attempt), diag)
