@@ -181,7 +181,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
     assert before["dumps"] == 8 and before["retired_files"] > 0
-    assert db.reverted_by_downgrade(engine, "0004") == ["0015", "0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
+    assert db.reverted_by_downgrade(engine, "0004") == ["0016", "0015", "0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
                                                         "0005"]
     db.downgrade(engine, "0004")
     after = _row_counts(engine)
@@ -320,3 +320,49 @@ def test_quick_reads_answer_only_when_certain(tmp_path, corpus):
         fl._quick_reads().close()
         assert fl.diagnose("job-223715", reuse=True).verdict == "hang"
         assert fl.list_attempts(job="job-223715", limit=5)[0] == 1
+
+
+def test_an_attempts_files_are_read_through_the_index_by_partition(tmp_path):
+    """Reading the records of some attempts' files (``LakeFiles.committed_in``, ``table_files``) gives those
+    attempts' files exactly, and SQLite answers each statement through the index by partition (migration
+    0016), never by reading every visible file's record: a cost of every diagnosis that grew with the lake."""
+    from sqlalchemy import event
+
+    from frlake.storage.files import LakeFiles
+    from tests.helpers import CORPUS
+
+    with frlake.Frlake(frlake.Settings.resolve(tmp_path / "lake")) as fl:
+        fl.ingest([CORPUS], IngestOptions(workers=1, diagnose=False))
+        keys = set(fl.attempt_keys())
+        # two attempts of two jobs whose numbers cross: the jobs and numbers asked for hold another attempt
+        asked = next([a, b] for a in sorted(keys) for b in sorted(keys)
+                     if a[0] != b[0] and a[1] != b[1] and ((a[0], b[1]) in keys or (b[0], a[1]) in keys))
+        files = LakeFiles(fl.catalog)
+        statements: list[tuple[str, tuple]] = []
+
+        def seen(conn, cursor, statement, parameters, context, executemany):
+            if "lake_files" in statement:
+                statements.append((statement, parameters))
+
+        event.listen(fl.catalog.engine, "before_cursor_execute", seen)
+        try:
+            got = files.committed_in(asked, unpartitioned=True)
+            one = files.table_files(asked[0])
+            counts = files.partition_file_counts(asked, min_files=1)
+        finally:
+            event.remove(fl.catalog.engine, "before_cursor_execute", seen)
+        every = files.committed()
+        assert got == [f for f in every if (f.job, f.attempt) in asked or f.job is None]
+        assert {f.job for f in got} == {job for job, _ in asked} | {None}
+        expected: dict[str, list[str]] = {}
+        for f in every:  # by id
+            if (f.job, f.attempt) == asked[0] or f.job is None:
+                expected.setdefault(f.table, []).append(f.readable)
+        assert one == expected
+        assert {(job, attempt) for _, job, attempt, _ in counts} == set(asked)
+        assert len(statements) >= 4
+        with fl.catalog.engine.connect() as conn:
+            for statement, parameters in statements:
+                plan = " ".join(row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement,
+                                                                        parameters).fetchall())
+                assert "ix_lake_files_partition" in plan and "SCAN lake_files" not in plan, (statement, plan)

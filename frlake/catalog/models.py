@@ -133,7 +133,8 @@ class LakeFile(Base):
 
     __tablename__ = "lake_files"
     __table_args__ = (Index("ix_lake_files_table_status", "table_name", "status"),
-                      Index("ix_lake_files_status", "status"))  # every run looks for pending files (0007)
+                      Index("ix_lake_files_status", "status"),  # every run looks for pending files (0007)
+                      Index("ix_lake_files_partition", "job", "attempt", "status"))  # an attempt's files (0016)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     table_name: Mapped[str] = mapped_column(String(32))
     path: Mapped[str] = mapped_column(Text)  # relative to the lake folder

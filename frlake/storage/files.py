@@ -22,6 +22,22 @@ _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)  # retired_at of a name the next swe
 VISIBLE = ("publishing", "committed")  # the statuses frlake's views read
 
 
+def _in_partitions(s: Session, q, partitions: Iterable[tuple[str | None, int | None]], key_of) -> list:
+    """The rows of ``q`` in these (job, attempt) partitions (``key_of(row)``: a row's), a chunk of them per
+    statement. A statement asks for every job and every attempt number of its chunk, which the index by
+    partition answers (migration 0016; an OR of the pairs made SQLite read every visible file's record),
+    and the pairs asked are kept. The partition of no job (``stacks``: job and attempt None) is read by a
+    statement of its own."""
+    keys = sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))
+    rows = list(s.execute(q.where(LakeFile.job.is_(None)))) if any(job is None for job, _ in keys) else []
+    for chunk in chunks([k for k in keys if k[0] is not None]):
+        asked = set(chunk)
+        rows += [r for r in s.execute(q.where(LakeFile.job.in_(sorted({j for j, _ in chunk})),
+                                              LakeFile.attempt.in_(sorted({a for _, a in chunk}))))
+                 if key_of(r) in asked]
+    return rows
+
+
 def partition_order(row: tuple) -> tuple:
     """The order of (table, job, attempt, ...) rows: by table, job and attempt (``stacks``' None first)."""
     return row[0], row[1] or "", row[2] or 0
@@ -142,11 +158,8 @@ class LakeFiles:
                    LakeFile.schema_version).where(LakeFile.status.in_(VISIBLE))
         if tables is not None:
             q = q.where(LakeFile.table_name.in_(list(tables)))
-        rows: dict[int, CommittedFile] = {}
         with self.session() as s:
-            for chunk in chunks(sorted(set(partitions))):
-                cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
-                rows.update((r[0], CommittedFile(*r)) for r in s.execute(q.where(or_(*cond))))
+            rows = {r[0]: CommittedFile(*r) for r in _in_partitions(s, q, partitions, lambda r: (r[3], r[4]))}
             if unpartitioned:
                 rows.update((r[0], CommittedFile(*r)) for r in s.execute(q.where(LakeFile.job.is_(None))))
         return [rows[i] for i in sorted(rows)]
@@ -170,17 +183,19 @@ class LakeFiles:
                             final: bool = False, tables: Iterable[str] | None = None) -> dict[str, list[tuple[str, int]]]:
         """:meth:`table_files`, each path with the schema version of its file (of ``tables`` only, when given)."""
         statuses = ("committed",) if final else VISIBLE
-        q = (select(LakeFile.table_name, LakeFile.path, LakeFile.hidden, LakeFile.schema_version)
+        q = (select(LakeFile.id, LakeFile.table_name, LakeFile.path, LakeFile.hidden, LakeFile.schema_version)
              .where(LakeFile.status.in_(statuses)))
         if tables is not None:
             q = q.where(LakeFile.table_name.in_(list(tables)))
-        if partition is not None:
-            q = q.where(((LakeFile.job == partition[0]) & (LakeFile.attempt == partition[1]))
-                        | LakeFile.job.is_(None))
+        # the partition's files and the unpartitioned ones in two statements: an OR of the two would read
+        # every visible file's record instead of the partition index's few (migration 0016)
+        reads = [q] if partition is None else [
+            q.where(LakeFile.job == partition[0], LakeFile.attempt == partition[1]), q.where(LakeFile.job.is_(None))]
         out: dict[str, list[tuple[str, int]]] = {}
         with self.session() as s:
-            for table, path, hidden, version in s.execute(q.order_by(LakeFile.id)):
-                out.setdefault(table, []).append((hidden_path(path) if hidden and not final else path, version))
+            rows = sorted((r for read in reads for r in s.execute(read)), key=lambda r: r[0])
+        for _, table, path, hidden, version in rows:
+            out.setdefault(table, []).append((hidden_path(path) if hidden and not final else path, version))
         return out
 
     def partition_file_counts(self, partitions: Iterable[tuple[str, int]] | None = None,
@@ -213,10 +228,7 @@ class LakeFiles:
             if partitions is None:
                 rows = [tuple(r) for r in s.execute(q)]
             else:
-                rows = []
-                for chunk in chunks(sorted(set(partitions), key=lambda p: (p[0] or "", p[1] or 0))):
-                    cond = [(LakeFile.job == j) & (LakeFile.attempt == a) for j, a in chunk]
-                    rows += [tuple(r) for r in s.execute(q.where(or_(*cond)))]
+                rows = [tuple(r) for r in _in_partitions(s, q, partitions, lambda r: (r[1], r[2]))]
         return sorted(rows, key=partition_order)
 
     # -- retired files ----------------------------------------------------------
