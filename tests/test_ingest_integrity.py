@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -257,6 +258,34 @@ def test_workers_start_with_their_modules_loaded_and_frozen():
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         frozen = pool.submit(gc.get_freeze_count).result()
     assert frozen > 10_000, frozen  # what importing the worker's modules made
+
+
+def test_a_scripts_workers_start_with_the_script_imported_once(tmp_path, corpus):
+    """Python's multiprocessing imports the script that started a pool in each worker; the forkserver imports
+    it once instead (frlake.ingest.preload), so each worker of every pool starts with it."""
+    script = tmp_path / "ingest_script.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        with open({str(tmp_path / "imports.txt")!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+
+        if __name__ == "__main__":
+            from frlake.config import Settings
+            from frlake.ingest import IngestOptions
+            from frlake.session import Frlake
+
+            with Frlake(Settings.resolve({str(tmp_path / "lake")!r})) as fl:
+                for chunk_files in (2, 3):  # two pools, each with two fresh workers
+                    summary = fl.ingest([{str(corpus)!r}], IngestOptions(workers=2, chunk_files=chunk_files,
+                                                                          force=True, diagnose=False))
+                    print(summary.ingested + summary.already_present, summary.rejected)
+    """))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    total = len([p for p in corpus.rglob("rank_*") if p.is_file()])
+    assert done.stdout.split() == [str(total), "0"] * 2
+    imported = (tmp_path / "imports.txt").read_text().split()
+    assert len(imported) == 2, imported  # the script, and its forkserver: no worker imported it again
 
 
 @pytest.mark.slow
