@@ -49,7 +49,7 @@ from frlake.ingest.worker import (
     worker_ready,
 )
 from frlake.storage.files import LakeFileSpec, mark_publishing
-from frlake.storage.lake import Lake, new_part_name
+from frlake.storage.lake import Lake, new_part_name, sync
 from frlake.storage.publish import DEFAULT_GRACE_S, Staged, publish, recover, sweep
 from frlake.version import __version__
 
@@ -284,6 +284,8 @@ class _Run:
                         lost += self._collect(in_flight, FIRST_COMPLETED)
                         if lost:
                             break
+                while in_flight and not lost:  # each committed as it ends, while the others run
+                    lost += self._collect(in_flight, FIRST_COMPLETED)
                 lost += self._collect(in_flight, ALL_COMPLETED)
             except BaseException:
                 for fut in in_flight:
@@ -421,17 +423,22 @@ class _Run:
 
     def _chunks(self, sources: Iterator[Source]) -> Iterator[list[Source]]:
         """Chunks of ``chunk_files`` files (or ``chunk_bytes``), read a few
-        chunks ahead. With several workers, once the inputs run out, what is
-        left is cut into smaller chunks (down to a quarter of one), so that the
-        workers finish at about the same time. One worker has nobody to wait
-        for: its chunks stay whole, and so does the number of files each run
-        adds to a partition (fewer files, no compaction of what it just wrote)."""
+        chunks ahead. With several workers, the workers should finish at about
+        the same time: an input that fits in the look-ahead is cut at once
+        into equal chunks, as many for each worker, and no smaller than it must
+        be (each chunk has a fixed cost); a longer one, once it runs out, has
+        what is left cut into smaller chunks (down to a quarter of one). One
+        worker has nobody to wait for: its chunks stay whole, and so does the
+        number of files each run adds to a partition (fewer files, no
+        compaction of what it just wrote)."""
         opts, workers = self.options, max(1, self.options.workers)
         ahead: deque[Source] = deque()
         held = 0  # bytes that look-ahead sources hold in memory (uploads) or in spill files (archive members)
         exhausted = False
+        first = True
         while True:
-            while not exhausted and len(ahead) < 4 * workers * opts.chunk_files and held < 2 * opts.chunk_bytes:
+            # one source past the look-ahead, so that an input that just fits is known whole
+            while not exhausted and len(ahead) <= 4 * workers * opts.chunk_files and held < 2 * opts.chunk_bytes:
                 src = next(sources, None)
                 if src is None:
                     exhausted = True
@@ -440,6 +447,10 @@ class _Run:
                 held += self._held(src)
             if not ahead:
                 return
+            if first and exhausted and workers > 1:
+                yield from self._equal_chunks(ahead, workers)
+                return
+            first = False
             most = opts.chunk_files
             if exhausted and workers > 1:  # half a worker's share of what is left, down to a quarter chunk
                 most = max(1, opts.chunk_files // 4, min(most, -(-len(ahead) // (2 * workers))))
@@ -452,12 +463,42 @@ class _Run:
                 held -= self._held(src)
             yield chunk
 
+    def _equal_chunks(self, sources: deque[Source], workers: int) -> Iterator[list[Source]]:
+        """The whole input, known before any chunk is read, in a multiple of
+        ``workers`` chunks of about the same bytes, within ``chunk_files``
+        and ``chunk_bytes``."""
+        opts = self.options
+        total = sum(src.size for src in sources)
+        each = max(-(-len(sources) // (workers * opts.chunk_files)), -(-total // (workers * opts.chunk_bytes)))
+        count = min(len(sources), workers * each)
+        done = 0  # bytes in the chunks yielded so far
+        for k in range(count, 0, -1):
+            target = (total - done) / k  # an equal share of what is left
+            chunk: list[Source] = []
+            size = 0
+            while sources and len(sources) > k - 1 and (not chunk or (
+                    len(chunk) < opts.chunk_files and size + sources[0].size / 2 <= target
+                    and size + sources[0].size <= opts.chunk_bytes)):
+                src = sources.popleft()
+                chunk.append(src)
+                size += src.size
+            done += size
+            yield chunk
+        while sources:  # what the limits left over (files of very unequal sizes), in whole chunks
+            chunk, size = [], 0
+            while sources and len(chunk) < opts.chunk_files and (not chunk or size + sources[0].size <= opts.chunk_bytes):
+                size += sources[0].size
+                chunk.append(sources.popleft())
+            yield chunk
+
     def _held(self, src: Source) -> int:
         return len(src.data) if src.data is not None else src.size if src.path in self.spilled else 0
 
     # -- publishing -----------------------------------------------------------
     def _commit(self, result: ChunkResult) -> None:
         try:
+            if not result.synced:
+                sync(Path(s.staged) for s in result.staged)
             with self.lake.write_lock(self.options.lock_timeout_s):
                 self._publish(result)
         finally:

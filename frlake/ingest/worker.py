@@ -66,6 +66,7 @@ class ChunkResult:
     input_bytes: int = 0
     touched: set[tuple[str, int]] = field(default_factory=set)  # attempts that got rows but no dump (live stacks)
     batch: int = 0
+    synced: bool = True  # False: the staged files are written but not yet synced (a worker process' chunk)
     # In-process only: the Parquet files still being written, (table, path in the lake, job, attempt, future).
     pending: list[tuple] = field(default_factory=list)
 
@@ -232,9 +233,10 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
                   for key, data in _ingest_loaded(ctx, lake, resolver, loaded, known, result, per_partition)]
         _wait_all(writes)  # a raw copy that cannot be written fails the batch, as before: nothing is committed
         result.pending = [(name, lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt), job, attempt,
-                           threads.submit(_stage, lake, parts))
+                           threads.submit(_stage, lake, parts, io is not None))
                           for (job, attempt), tables in per_partition.items() for name, parts in tables.items()]
-        if io is None:
+        if io is None:  # the session syncs them before it publishes them, while this worker reads on
+            result.synced = False
             finish_chunk(result)
     return result
 
@@ -261,9 +263,9 @@ def _keep_raw(lake: Lake, key: str, data: bytes) -> int:
     return lake.put_raw(key, compress_raw(data))
 
 
-def _stage(lake: Lake, parts: list[pa.Table]) -> tuple[Path, int, int]:
+def _stage(lake: Lake, parts: list[pa.Table], synced: bool) -> tuple[Path, int, int]:
     table = pa.concat_tables(parts)  # one schema per table: cannot fail on a value
-    staged, size = lake.stage_table(table)
+    staged, size = lake.stage_table(table, synced=synced)
     return staged, table.num_rows, size
 
 
