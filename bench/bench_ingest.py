@@ -24,7 +24,8 @@ For every ingest it also reads the machine's busy CPU seconds (/proc/stat:
 the workers' processes and threads included) and gives the cores each run
 kept busy. Two workers can be at most (cores of the machine) / (cores one
 worker keeps busy) times faster than one: that ceiling is printed beside
-the speed-up.
+the speed-up, and the fraction of it reached (the median of the rounds',
+with their range).
 Prints the ratios and writes bench/results/ingest.json.
 """
 
@@ -327,6 +328,12 @@ def main() -> None:
     for key in ("", "_only"):
         results[f"ceiling{key}_w2_vs_w1"] = round(statistics.median(
             min(2.0, cores / row[f"ingest{key}_w1_cores"]) for row in rounds), 2)
+        # the fraction of that ceiling two workers reach, round by round (the machine's speed moves between
+        # rounds more than within one): the median, and the spread, which says how far to trust it
+        fractions = [row[f"ingest{key}_w1_s"] / row[f"ingest{key}_w2_s"] / min(2.0, cores / row[f"ingest{key}_w1_cores"])
+                     for row in rounds]
+        results[f"fraction{key}_of_ceiling"] = round(statistics.median(fractions), 3)
+        results[f"fraction{key}_of_ceiling_range"] = [round(min(fractions), 3), round(max(fractions), 3)]
     if args.breakdown_files:
         results["per_file_cpu_ms"] = per_file_breakdown(files[: args.breakdown_files])
 
@@ -345,6 +352,10 @@ def main() -> None:
     print(f"  cores kept busy (of {cores}): ingest only, 1 worker {results['ingest_only_w1_cores']:.2f}, "
           f"2 workers {results['ingest_only_w2_cores']:.2f}; so 2 workers can be at most "
           f"{results['ceiling_only_w2_vs_w1']}x faster than 1 on this machine")
+    print(f"  fraction of that ceiling 2 workers reach (median of the rounds'; their range): ingest only "
+          f"{results['fraction_only_of_ceiling']} ({results['fraction_only_of_ceiling_range'][0]}-"
+          f"{results['fraction_only_of_ceiling_range'][1]}); with the diagnosis {results['fraction_of_ceiling']} "
+          f"({results['fraction_of_ceiling_range'][0]}-{results['fraction_of_ceiling_range'][1]})")
     print(f"  no-op re-scan           {t_noop:7.2f} s; creating a lake's catalog (once per lake, before each run above) "
           f"{t_catalog:.2f} s")
     print(f"  Parquet {results['parquet_bytes'] / 1e6:.1f} MB = {results['parquet_over_pickle']} of the pickle bytes "
