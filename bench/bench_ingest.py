@@ -14,6 +14,9 @@ rounds' ratios: the machine's speed moves, and moves all of them alike):
   * ingest 2: the same with --workers 2, into another new lake;
   * ingest only, 1 and 2 workers: the same without the diagnosis that
               ``Frlake.ingest`` runs after it (``IngestOptions(diagnose=False)``);
+              two workers are those the run before kept (warm, as the
+              one worker in this process is), and once more new ("cold",
+              as every `frlake ingest` command starts its own);
   * rescan  : a no-op re-run over the same tree (nothing changed), and over a
               tree of --rescan-files files (hard links to the test corpus);
   * per file: CPU ms per dump of each step of a worker (the fast reader's
@@ -58,6 +61,7 @@ CORPUS = HERE.parent / "tests" / "corpus" / "visible"
 
 from frlake.config import Settings  # noqa: E402
 from frlake.ingest import IngestOptions  # noqa: E402
+from frlake.ingest.pool import stop_kept_pools  # noqa: E402
 from frlake.session import Frlake  # noqa: E402
 
 
@@ -251,9 +255,13 @@ def main() -> None:
         row: dict = {}
         row["plain_unpickle_s"], row["plain_unpickle_cpu_s"] = plain_in_fresh_process(files)
         for diagnose in (True, False):  # with the diagnosis that Frlake.ingest runs after it, and alone
-            for workers in (1, 2):
-                key = f"ingest{'' if diagnose else '_only'}_w{workers}"
-                lake = new_lake(f"lake-{r}-w{workers}{'' if diagnose else '-only'}")
+            # Two workers are the ones the run before kept (frlake.ingest.pool), as warm as the one worker in
+            # this process; "cold": new ones, as every `frlake ingest` command starts (ingest only).
+            for workers, cold in ((1, False), (2, False)) + (((2, True),) if not diagnose else ()):
+                key = f"ingest{'' if diagnose else '_only'}_w{workers}{'_cold' if cold else ''}"
+                if cold:
+                    stop_kept_pools()
+                lake = new_lake(f"lake-{r}-w{workers}{'' if diagnose else '-only'}{'-cold' if cold else ''}")
                 t, cpu, busy, summary = cpu_timed(
                     lambda fl: fl.ingest([dumps], IngestOptions(workers=workers, diagnose=diagnose)), lake)
                 assert summary.ingested == len(files) and summary.rejected == 0, summary
@@ -328,10 +336,11 @@ def main() -> None:
     for key in ("", "_only"):
         results[f"ceiling{key}_w2_vs_w1"] = round(statistics.median(
             min(2.0, cores / row[f"ingest{key}_w1_cores"]) for row in rounds), 2)
-        # the fraction of that ceiling two workers reach, round by round (the machine's speed moves between
-        # rounds more than within one): the median, and the spread, which says how far to trust it
-        fractions = [row[f"ingest{key}_w1_s"] / row[f"ingest{key}_w2_s"] / min(2.0, cores / row[f"ingest{key}_w1_cores"])
-                     for row in rounds]
+    # the fraction of that ceiling two workers reach, round by round (the machine's speed moves between
+    # rounds more than within one): the median, and the spread, which says how far to trust it
+    for key, two in (("", "ingest_w2"), ("_only", "ingest_only_w2"), ("_only_cold", "ingest_only_w2_cold")):
+        one = "ingest_w1" if key == "" else "ingest_only_w1"
+        fractions = [row[f"{one}_s"] / row[f"{two}_s"] / min(2.0, cores / row[f"{one}_cores"]) for row in rounds]
         results[f"fraction{key}_of_ceiling"] = round(statistics.median(fractions), 3)
         results[f"fraction{key}_of_ceiling_range"] = [round(min(fractions), 3), round(max(fractions), 3)]
     if args.breakdown_files:
@@ -352,10 +361,13 @@ def main() -> None:
     print(f"  cores kept busy (of {cores}): ingest only, 1 worker {results['ingest_only_w1_cores']:.2f}, "
           f"2 workers {results['ingest_only_w2_cores']:.2f}; so 2 workers can be at most "
           f"{results['ceiling_only_w2_vs_w1']}x faster than 1 on this machine")
+    def fraction(key: str) -> str:
+        low, high = results[f"fraction{key}_of_ceiling_range"]
+        return f"{results[f'fraction{key}_of_ceiling']} ({low}-{high})"
+
     print(f"  fraction of that ceiling 2 workers reach (median of the rounds'; their range): ingest only "
-          f"{results['fraction_only_of_ceiling']} ({results['fraction_only_of_ceiling_range'][0]}-"
-          f"{results['fraction_only_of_ceiling_range'][1]}); with the diagnosis {results['fraction_of_ceiling']} "
-          f"({results['fraction_of_ceiling_range'][0]}-{results['fraction_of_ceiling_range'][1]})")
+          f"{fraction('_only')}; with new workers (as each `frlake ingest` command) {fraction('_only_cold')}, "
+          f"{results['ingest_only_w2_cold_s']:.2f} s; with the diagnosis {fraction('')}")
     print(f"  no-op re-scan           {t_noop:7.2f} s; creating a lake's catalog (once per lake, before each run above) "
           f"{t_catalog:.2f} s")
     print(f"  Parquet {results['parquet_bytes'] / 1e6:.1f} MB = {results['parquet_over_pickle']} of the pickle bytes "

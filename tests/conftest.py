@@ -15,6 +15,16 @@ from frlake.session import Frlake
 from tests.helpers import CORPUS, TRUTH
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_workers():
+    """Each test starts without the ingest workers an earlier one kept (frlake.ingest.pool): tests that
+    watch the forkserver's children see only their own."""
+    yield
+    from frlake.ingest.pool import stop_kept_pools
+
+    stop_kept_pools()
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     if not CORPUS.is_dir():

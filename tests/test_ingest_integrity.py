@@ -338,3 +338,44 @@ def test_two_worker_processes_ingest_what_one_worker_in_process_does(tmp_path, c
         snaps.append(snapshot(settings))
     assert snaps[1] == snaps[0]
     assert snaps[2] == snaps[0]
+
+
+def test_a_process_keeps_its_workers_for_its_next_run_until_they_idle(tmp_path, corpus, monkeypatch):
+    """A second run of the same process takes the workers the first one kept (warm: no new process, no
+    first batch's cost); unused for IDLE_S they stop. A pool whose worker died is not kept."""
+    import os
+    import signal
+
+    from frlake.ingest import pool as pools
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def workers() -> set[int]:
+        held = list(pools._kept.values())
+        return {pid for pool, _ in held for pid in pool._processes}
+
+    monkeypatch.setattr(pools, "IDLE_S", 1.0)
+    options = IngestOptions(workers=2, chunk_files=2, diagnose=False, force=True)
+    with Frlake(Settings.resolve(tmp_path / "lake")) as fl:
+        first = fl.ingest([corpus / "job-223715"], options)
+        kept = workers()
+        assert len(kept) == 2
+        second = fl.ingest([corpus / "job-223715"], options)
+        assert workers() == kept and first.ingested > 0 and second.already_present == first.ingested
+        for pid in kept:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(running(pid) for pid in kept) and time.monotonic() < deadline:
+            time.sleep(0.01)  # dead while idle, before the next run
+        third = fl.ingest([corpus / "job-223715"], options)  # a new pool: the kept one broke while idle
+        assert third.already_present == first.ingested and third.rejected == 0
+        fresh = workers()
+        assert len(fresh) == 2 and not fresh & kept
+    deadline = time.monotonic() + 30
+    while (pools._kept or any(running(pid) for pid in fresh)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pools._kept and not any(running(pid) for pid in fresh), "the idle workers were not stopped"

@@ -34,7 +34,7 @@ from frlake.entities import Brief
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
-from frlake.ingest.pool import pool_context
+from frlake.ingest.pool import keep_pool, pool_context, take_pool
 from frlake.ingest.sources import NOT_STATTED, ArchiveLimits, Source, archive_members, is_archive, walk
 from frlake.ingest.worker import (
     ChunkResult,
@@ -270,27 +270,33 @@ class _Run:
             "in each worker process), or use IngestOptions(workers=1); otherwise see the workers' error above.")
 
     def _run_pool(self, chunks: Iterator[list[Source]], workers: int) -> list[list[Source]]:
-        """Run batches in a new pool until they run out or a worker dies; then
-        return the batches that died with it."""
+        """Run batches in a pool until they run out or a worker dies; then
+        return the batches that died with it. The pool is an earlier run's,
+        if this process kept one, and is kept for the next run if none of
+        its workers died (frlake.ingest.pool)."""
         in_flight: dict[Future, list[Source]] = {}
         lost: list[list[Source]] = []
-        with ProcessPoolExecutor(max_workers=workers, mp_context=self.pool_context,
-                                 initializer=enter_worker_process) as pool:
-            try:
-                for chunk in chunks:
-                    self.batch += 1
-                    in_flight[pool.submit(process_chunk, self.ctx, self.batch, chunk)] = chunk
-                    if len(in_flight) >= 2 * workers:
-                        lost += self._collect(in_flight, FIRST_COMPLETED)
-                        if lost:
-                            break
-                while in_flight and not lost:  # each committed as it ends, while the others run
+        pool = take_pool(workers, self.pool_context, enter_worker_process)
+        try:
+            for chunk in chunks:
+                self.batch += 1
+                in_flight[pool.submit(process_chunk, self.ctx, self.batch, chunk)] = chunk
+                if len(in_flight) >= 2 * workers:
                     lost += self._collect(in_flight, FIRST_COMPLETED)
-                lost += self._collect(in_flight, ALL_COMPLETED)
-            except BaseException:
-                for fut in in_flight:
-                    fut.cancel()
-                raise
+                    if lost:
+                        break
+            while in_flight and not lost:  # each committed as it ends, while the others run
+                lost += self._collect(in_flight, FIRST_COMPLETED)
+            lost += self._collect(in_flight, ALL_COMPLETED)
+        except BaseException:
+            for fut in in_flight:
+                fut.cancel()
+            pool.shutdown(wait=True)
+            raise
+        if lost:
+            pool.shutdown(wait=True)
+        else:
+            keep_pool(pool, workers, self.pool_context)
         return lost
 
     def _collect(self, in_flight: dict[Future, list[Source]], when: str) -> list[list[Source]]:

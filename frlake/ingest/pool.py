@@ -4,6 +4,9 @@ the forkserver before it imports the heavy parts of frlake)."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver, get_all_start_methods, get_context, spawn
 from multiprocessing.context import BaseContext
 
@@ -43,3 +46,69 @@ def pool_context() -> BaseContext:
             os.environ.pop(MAIN_PATH_ENV, None)
         return context
     return get_context("spawn")
+
+
+# A run's worker processes are kept for the next run of the same process (a server's scans and uploads, a
+# script or notebook that ingests in a loop) and stopped once unused this long. A new worker's first batch
+# costs more than the next ones: its memory is mapped page by page as it is first touched, and the pages it
+# shares with the forkserver are copied as they are written. Over 256 files and two workers that was 0.3
+# CPU s in 3.5 (bench/README.md, "Two workers against the ceiling"). joblib's loky keeps its workers so too.
+IDLE_S = 60.0
+
+_kept: dict[tuple[int, str], tuple[ProcessPoolExecutor, threading.Timer]] = {}
+_kept_lock = threading.Lock()
+
+
+def take_pool(workers: int, context: BaseContext, initializer: Callable[[], None]) -> ProcessPoolExecutor:
+    """A pool of ``workers`` worker processes: the one an earlier run of
+    this process kept, whose workers are warm, or a new one. A pool serves
+    one run at a time: two runs at once each take their own."""
+    key = (workers, context.get_start_method())
+    with _kept_lock:
+        held = _kept.pop(key, None)
+    if held is not None:
+        pool, timer = held
+        timer.cancel()
+        if _whole(pool):
+            return pool
+        pool.shutdown(wait=True)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer)
+
+
+def keep_pool(pool: ProcessPoolExecutor, workers: int, context: BaseContext) -> None:
+    """Keep the pool of a run that ended well for the next run; its workers
+    stop once it is unused for ``IDLE_S``, or when the process exits."""
+    key = (workers, context.get_start_method())
+    timer = threading.Timer(IDLE_S, _expire, (key, pool))
+    timer.daemon = True
+    with _kept_lock:
+        if key not in _kept:
+            _kept[key] = (pool, timer)
+            timer.start()
+            return
+    pool.shutdown(wait=True)  # another run kept one meanwhile
+
+
+def stop_kept_pools() -> None:
+    """Stop every kept pool's workers now."""
+    with _kept_lock:
+        held = list(_kept.values())
+        _kept.clear()
+    for pool, timer in held:
+        timer.cancel()
+        pool.shutdown(wait=True)
+
+
+def _whole(pool: ProcessPoolExecutor) -> bool:
+    """Whether every worker of a kept pool is still alive (one the OOM killer took while it idled would
+    fail the batch it is given: its files would then be read again one by one). The executor has no
+    public word for it."""
+    return not getattr(pool, "_broken", False) and all(p.is_alive() for p in getattr(pool, "_processes", {}).values())
+
+
+def _expire(key: tuple[int, str], pool: ProcessPoolExecutor) -> None:
+    with _kept_lock:
+        if key not in _kept or _kept[key][0] is not pool:
+            return
+        del _kept[key]
+    pool.shutdown(wait=True)
