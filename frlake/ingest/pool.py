@@ -51,8 +51,9 @@ def pool_context() -> BaseContext:
 # A run's worker processes are kept for the next run of the same process (a server's scans and uploads, a
 # script or notebook that ingests in a loop) and stopped once unused this long. A new worker's first batch
 # costs more than the next ones: its memory is mapped page by page as it is first touched, and the pages it
-# shares with the forkserver are copied as they are written. Over 256 files and two workers that was 0.3
-# CPU s in 3.5 (bench/README.md, "Two workers against the ceiling"). joblib's loky keeps its workers so too.
+# shares with the forkserver are copied as they are written; and a pool's start and stop. Over 256 files and
+# two workers, kept ones took 4% less time than new ones (bench/README.md, "Two workers: 0.97 of the
+# ceiling"). joblib's loky keeps its workers so too.
 IDLE_S = 60.0
 
 _kept: dict[tuple[int, str], tuple[ProcessPoolExecutor, threading.Timer]] = {}
