@@ -379,3 +379,38 @@ def test_a_process_keeps_its_workers_for_its_next_run_until_they_idle(tmp_path, 
     while (pools._kept or any(running(pid) for pid in fresh)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pools._kept and not any(running(pid) for pid in fresh), "the idle workers were not stopped"
+
+
+def test_kept_workers_exit_when_their_session_is_killed(tmp_path, corpus):
+    """A session killed without its exit hooks (SIGKILL) while it keeps its workers between runs leaves
+    none of them behind."""
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        from frlake.config import Settings
+        from frlake.ingest import IngestOptions
+        from frlake.ingest import pool as pools
+        from frlake.session import Frlake
+
+        if __name__ == "__main__":
+            with Frlake(Settings.resolve({str(tmp_path / "lake")!r})) as fl:
+                fl.ingest([{str(corpus / "job-223715")!r}], IngestOptions(workers=2, chunk_files=2, diagnose=False))
+                print(*(pid for pool, _ in pools._kept.values() for pid in pool._processes), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    # (an orphaned worker would hold the script's stdout open: the run would time out)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    workers = [int(pid) for pid in done.stdout.split()]
+    assert len(workers) == 2
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(pid) for pid in workers), "a worker outlived its session"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -258,7 +259,7 @@ class _Run:
         again in every worker): stop with what happened, and record nothing
         against the files."""
         with ProcessPoolExecutor(max_workers=1, mp_context=self.pool_context,
-                                 initializer=enter_worker_process) as pool:
+                                 initializer=enter_worker_process, initargs=(os.getpid(),)) as pool:
             try:
                 pool.submit(worker_ready).result()
                 return

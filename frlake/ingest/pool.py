@@ -60,7 +60,7 @@ _kept: dict[tuple[int, str], tuple[ProcessPoolExecutor, threading.Timer]] = {}
 _kept_lock = threading.Lock()
 
 
-def take_pool(workers: int, context: BaseContext, initializer: Callable[[], None]) -> ProcessPoolExecutor:
+def take_pool(workers: int, context: BaseContext, initializer: Callable[[int], None]) -> ProcessPoolExecutor:
     """A pool of ``workers`` worker processes: the one an earlier run of
     this process kept, whose workers are warm, or a new one. A pool serves
     one run at a time: two runs at once each take their own."""
@@ -73,7 +73,9 @@ def take_pool(workers: int, context: BaseContext, initializer: Callable[[], None
         if _whole(pool):
             return pool
         pool.shutdown(wait=True)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer)
+    # the workers exit with this process, however it ends (frlake.ingest.worker.enter_worker_process)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer,
+                               initargs=(os.getpid(),))
 
 
 def keep_pool(pool: ProcessPoolExecutor, workers: int, context: BaseContext) -> None:

@@ -12,6 +12,9 @@ import hashlib
 import math
 import os
 import resource
+import select
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -98,15 +101,40 @@ def worker_ready() -> bool:
     return True
 
 
-def enter_worker_process() -> None:
+def enter_worker_process(session_pid: int | None = None) -> None:
     """Pool initializer: from now on each dump runs under a CPU and a memory
     budget, and a worker the kernel stops leaves no core file behind. Arrow
     allocates with the system allocator, whose failures under the memory
-    limit surface as MemoryError (its default pools reserve address space)."""
+    limit surface as MemoryError (its default pools reserve address space).
+    With ``session_pid``, the worker exits when that process does."""
     global _in_worker_process
     _in_worker_process = True
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     pa.set_memory_pool(pa.system_memory_pool())
+    if session_pid is not None:
+        threading.Thread(target=_exit_with, args=(session_pid,), name="frlake-session-watch", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """Exit once process ``pid`` has ended. A pool's worker waits for its
+    next batch forever, and a session kept its workers between runs
+    (frlake.ingest.pool): killed without its exit hooks (SIGKILL, the OOM
+    killer), it would leave them idle for good, their memory held. What a
+    batch had staged goes with the run's staging folder."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux 5.3 or later: ask every second
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass
+    else:
+        select.select([handle], [], [])
+    os._exit(0)
 
 
 def data_size() -> int:
