@@ -29,6 +29,14 @@ from frlake.storage.lake import Lake
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (not gone, nor a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _copy_attempt(corpus: Path, dst: Path, job: str, attempt: int) -> Path:
     target = dst / job / f"attempt-{attempt}"
     shutil.copytree(corpus / job / f"attempt-{attempt}", target)
@@ -348,12 +356,6 @@ def test_a_process_keeps_its_workers_for_its_next_run_until_they_idle(tmp_path, 
 
     from frlake.ingest import pool as pools
 
-    def running(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
     def workers() -> set[int]:
         held = list(pools._kept.values())
         return {pid for pool, _ in held for pid in pool._processes}
@@ -369,16 +371,16 @@ def test_a_process_keeps_its_workers_for_its_next_run_until_they_idle(tmp_path, 
         for pid in kept:
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while any(running(pid) for pid in kept) and time.monotonic() < deadline:
+        while any(_running(pid) for pid in kept) and time.monotonic() < deadline:
             time.sleep(0.01)  # dead while idle, before the next run
         third = fl.ingest([corpus / "job-223715"], options)  # a new pool: the kept one broke while idle
         assert third.already_present == first.ingested and third.rejected == 0
         fresh = workers()
         assert len(fresh) == 2 and not fresh & kept
     deadline = time.monotonic() + 30
-    while (pools._kept or any(running(pid) for pid in fresh)) and time.monotonic() < deadline:
+    while (pools._kept or any(_running(pid) for pid in fresh)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not pools._kept and not any(running(pid) for pid in fresh), "the idle workers were not stopped"
+    assert not pools._kept and not any(_running(pid) for pid in fresh), "the idle workers were not stopped"
 
 
 def test_kept_workers_exit_when_their_session_is_killed(tmp_path, corpus):
@@ -404,13 +406,7 @@ def test_kept_workers_exit_when_their_session_is_killed(tmp_path, corpus):
     workers = [int(pid) for pid in done.stdout.split()]
     assert len(workers) == 2
 
-    def running(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
     deadline = time.monotonic() + 30
-    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(running(pid) for pid in workers), "a worker outlived its session"
+    assert not any(_running(pid) for pid in workers), "a worker outlived its session"

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
@@ -35,7 +34,7 @@ from frlake.entities import Brief
 from frlake.errors import RETRY_WHEN, FrlakeError, WorkersCannotStart
 from frlake.ingest.identity import IdentityOptions, IdentityResolver
 from frlake.ingest.parse import Limits
-from frlake.ingest.pool import keep_pool, pool_context, take_pool
+from frlake.ingest.pool import keep_pool, new_pool, pool_context, take_pool
 from frlake.ingest.sources import NOT_STATTED, ArchiveLimits, Source, archive_members, is_archive, walk
 from frlake.ingest.worker import (
     ChunkResult,
@@ -258,8 +257,7 @@ class _Run:
         __name__ == "__main__":`` guard, which Python's multiprocessing runs
         again in every worker): stop with what happened, and record nothing
         against the files."""
-        with ProcessPoolExecutor(max_workers=1, mp_context=self.pool_context,
-                                 initializer=enter_worker_process, initargs=(os.getpid(),)) as pool:
+        with new_pool(1, self.pool_context, enter_worker_process) as pool:
             try:
                 pool.submit(worker_ready).result()
                 return
@@ -455,8 +453,9 @@ class _Run:
             if not ahead:
                 return
             if first and exhausted and workers > 1:
-                yield from self._equal_chunks(ahead, workers)
-                return
+                first = False
+                yield from self._equal_chunks(ahead, workers)  # leaves in ahead what the limits did not place
+                continue
             first = False
             most = opts.chunk_files
             if exhausted and workers > 1:  # half a worker's share of what is left, down to a quarter chunk
@@ -473,7 +472,8 @@ class _Run:
     def _equal_chunks(self, sources: deque[Source], workers: int) -> Iterator[list[Source]]:
         """The whole input, known before any chunk is read, in a multiple of
         ``workers`` chunks of about the same bytes, within ``chunk_files``
-        and ``chunk_bytes``."""
+        and ``chunk_bytes``; taken from ``sources``, which keeps what files
+        of very unequal sizes left over."""
         opts = self.options
         total = sum(src.size for src in sources)
         each = max(-(-len(sources) // (workers * opts.chunk_files)), -(-total // (workers * opts.chunk_bytes)))
@@ -490,12 +490,6 @@ class _Run:
                 chunk.append(src)
                 size += src.size
             done += size
-            yield chunk
-        while sources:  # what the limits left over (files of very unequal sizes), in whole chunks
-            chunk, size = [], 0
-            while sources and len(chunk) < opts.chunk_files and (not chunk or size + sources[0].size <= opts.chunk_bytes):
-                size += sources[0].size
-                chunk.append(sources.popleft())
             yield chunk
 
     def _held(self, src: Source) -> int:

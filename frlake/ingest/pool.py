@@ -73,7 +73,12 @@ def take_pool(workers: int, context: BaseContext, initializer: Callable[[int], N
         if _whole(pool):
             return pool
         pool.shutdown(wait=True)
-    # the workers exit with this process, however it ends (frlake.ingest.worker.enter_worker_process)
+    return new_pool(workers, context, initializer)
+
+
+def new_pool(workers: int, context: BaseContext, initializer: Callable[[int], None]) -> ProcessPoolExecutor:
+    """A new pool of ``workers`` worker processes, each set up by ``initializer`` with this process' pid:
+    the workers exit with this process, however it ends (frlake.ingest.worker.enter_worker_process)."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer,
                                initargs=(os.getpid(),))
 
