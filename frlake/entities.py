@@ -7,13 +7,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 7  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+ALGORITHM_VERSION = 8  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
 # pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
 # without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects,
 # a rank whose ops all completed waits for no member without a dump, a dump in two hosts' folders names no host,
 # a root another explains is a suspect, an incomplete attempt names suspects; 7: genuine gloo dumps: the world
 # inferred, pg_status-only dumps by rank-local id, names' times as intervals, a failed collective is no job at work,
-# gloo's tied roots, stragglers that cost the job a share of its time
+# gloo's tied roots, stragglers that cost the job a share of its time; 8: a pg_config list the dumps contradict
+# (torch 2.14 gloo's '' entry) is no group's members nor the world; dumps that record nothing are incomplete, not
+# healthy; a coalesced block is compared op by op
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -137,6 +139,9 @@ class Diagnosis:
     # verdict is "incomplete" and no culprit is named until more dumps arrive (docs/diagnose.md)
     waiting_for_dumps: bool = False
     complete: bool = False  # a user said no more dumps will come: diagnose with what there is
+    # no dump of the attempt records a collective, a group or a pg_status counter (torch's gloo before 2.11
+    # writes empty buffers): the data cannot tell a hang from a healthy job, so it is never called healthy
+    records_nothing: bool = False
     notes: list[str] = field(default_factory=list)  # how the dumps were read where their shape asked for it
     # how ranks that left no dump and that no dump lists were found (gloo lists no groups): one line per rule
     world_inferred: list[str] = field(default_factory=list)

@@ -67,7 +67,7 @@ def entries_command(
     for c in view.collectives:
         cells = [_cell(c.cells.get(r), fmt) if r in c.members else "" for r in ranks_shown]
         agree = "HANG" if (c.pg, c.seq) == at else "yes" if c.agree and not c.missing else "NO"
-        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.op, agree,
+        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.label, agree,
                      *cells])
     emit_rows(columns, rows, fmt, title=f"{view.job} attempt {view.attempt}: {len(rows)} collectives")
     if fmt is Format.table:

@@ -107,6 +107,13 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
             c.detail = ((c.detail + "; ") if c.detail else "") + (
                 f"its dump's bytes are in the folders of {len(claimed[c.rank])} hosts ({', '.join(claimed[c.rank])}): "
                 "which one ran it they cannot tell, so no host is named")
+    if not ev.last and not ev.last_seq and diag.verdict in (Verdict.HEALTHY, Verdict.INCOMPLETE):
+        # not one entry, group or pg_status counter in any dump: nothing shows the job healthy, nor who hung it
+        diag.verdict, diag.records_nothing = Verdict.INCOMPLETE, True
+        diag.culprits = [c for c in diag.culprits if c.evidence == "no_dump"]
+        diag.notes.append("no dump of this attempt records a collective, a process group or a pg_status counter "
+                          "(torch's gloo backend before 2.11 writes empty Flight Recorder buffers): the data cannot "
+                          "tell a hang from a healthy job")
     if not complete and 2 * len(diag.ranks_dumped) < diag.world_size and diag.verdict in (Verdict.HANG,
                                                                                           Verdict.INCOMPLETE):
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
@@ -238,6 +245,10 @@ def _notes(ev: Evidence) -> list[str]:
         shared = sorted(set(ev.names.values()))
         notes.append(f"disjoint process groups share the name(s) {', '.join(shared)}: each is told apart by its "
                      "members (pg_config)")
+    for pg, ranks in sorted(ev.contradicted.items()):
+        notes.append(f"the pg_config entry {pg!r} lists ranks {ranks_text(ranks)}, and dumps of other ranks list it "
+                     "too: it describes no group of these dumps (gloo's one entry holds the group torch registered "
+                     "last), so it is not taken for any group's members or for the world")
     if ev.renumbered:
         notes.append(f"{len(ev.renumbered)} rank(s) count one sequence id over all their groups (torchcomms): "
                      "their collectives are numbered per group in the order they were enqueued")
@@ -299,6 +310,8 @@ _MAX_RANKS_PER_HOST = 1024  # no block of ranks larger is looked for
 def _progress(ev: Evidence) -> list[dict]:
     out = []
     for pg, ranks in sorted(ev.members.items(), key=lambda kv: (ev.name(kv[0]), kv[1])):
+        if not ranks:  # a pg_config entry that lists no one (gloo's '' entry, '[]') is no group of anyone's
+            continue
         last = {r: ev.last_seq.get((r, pg)) for r in ranks}
         known = [s for s in last.values() if s is not None]
         frontier = max(known) if known else None  # once per group: a 16,384-rank group made it quadratic
@@ -319,6 +332,10 @@ def summary_sentence(d: Diagnosis) -> str:
         return (f"{d.job} attempt {d.attempt}: incomplete, waiting for more dumps: {len(d.ranks_dumped)} of "
                 f"{d.world_size} ranks dumped; no culprit is named until more arrive or the attempt is marked "
                 "complete.")
+    if d.records_nothing:
+        missing = f"; no dump from rank(s) {ranks_text(d.ranks_missing_dump)}" if d.ranks_missing_dump else ""
+        return (f"{d.job} attempt {d.attempt}: incomplete: the {len(d.ranks_dumped)} dumps record no collective "
+                f"(empty Flight Recorder buffers), so the data cannot tell whether it hung{missing}.")
     if root is None:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
     op = f" ({root.op})" if root.op else ""

@@ -101,6 +101,8 @@ class Evidence:
     p2p_entries: int | None = None  # sends and recvs that name their peers (None: not counted)
     batch_rows: BatchRows | None = None  # what the analyses read of its relations, read with its batch's
     world_inferred: list[str] = field(default_factory=list)  # how ranks no dump holds were found (world.py)
+    # pg_config lists the dumps contradict (group -> the members it lists): weighed as no group's members
+    contradicted: dict[str, list[int]] = field(default_factory=dict)
 
     def name(self, pg: str | None) -> str | None:
         """The name a group was given (what the user sees in the dumps)."""
@@ -249,6 +251,11 @@ def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: 
         members.setdefault(pg, set()).add(rank)  # membership inferred from what ranks recorded
         desc.setdefault(pg, pg_desc)
         first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
+    contradicted = _contradicted_lists(con, params, rel, members, listed, {pg for _, pg in first_seq}, hosts)
+    for pg in contradicted:
+        del members[pg]
+        desc.pop(pg, None)
+        listed.discard(pg)
     last = {}
     # Each rank's first unfinished entry (once something finished), else its last, from its groups' own.
     for row in made.last if made is not None else con.execute(
@@ -278,7 +285,28 @@ def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: 
                     pending_tail=pending_tails(made.pending) if made is not None else _pending_tail(con, params, rel),
                     p2p_entries=p2p_entries, batch_rows=made,
                     progress=batch.progress.get(key, []) if batch else _progress(con, params),
-                    live_hosts=live_hosts)
+                    live_hosts=live_hosts, contradicted=contradicted)
+
+
+def _contradicted_lists(con, params: dict, rel: Relations, members: dict[str, set[int]], listed: set[str],
+                        recorded: set[str], hosts: dict[int, str]) -> dict[str, list[int]]:
+    """The listed groups (pg_config) that no entry records in and whose list leaves out a rank whose own dump
+    lists it: gloo's one entry keyed ``''`` holds whichever group torch registered last (the world's ranks
+    in a job of one group; ``'[]'`` in torch 2.13 and a subgroup's ``'[0, 1]'`` in every rank's dump since
+    2.14 in a job with others). Such a list describes no group of the dumps, and is not taken for anyone's
+    members nor for the world. A group the entries record in keeps its list (a rank that records in it is
+    its member whatever the list says: ``members`` holds both)."""
+    unrecorded = sorted(pg for pg in listed if pg not in recorded)
+    if not unrecorded or not hosts:
+        return {}
+    outside = {pg for pg in unrecorded if any(r not in members[pg] for r in hosts)}
+    if not outside:
+        return {}
+    rows = con.execute(
+        f"""SELECT DISTINCT c.pg_name FROM groups c WHERE {listed_rows(rel)}
+            AND c.pg_name IN (SELECT unnest($pgs)) AND c.group_size > 0 AND NOT list_contains(c.ranks, c.rank)""",
+        {**params, "pgs": sorted(outside)}).fetchall()
+    return {pg: sorted(members[pg]) for (pg,) in rows}
 
 
 def _several(con, params) -> dict[int, int]:
@@ -541,12 +569,17 @@ def build_calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) ->
             SELECT {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name, min(pg_desc) AS pg_desc, e.seq,
                    min(entry_index) AS entry_index, min(t) AS t, arg_min(op, entry_index) AS op,
                    arg_min(stack_id, entry_index) AS stack_id,
-                   hash(sum(hash(op)::HUGEINT)) AS type_sig, hash(sum(size_sig::HUGEINT)) AS size_sig,
-                   hash(sum(dtype_sig::HUGEINT)) AS dtype_sig, min(b.state) AS state
-            FROM {rel.entries} e JOIN (SELECT {k}rank, pg_name, seq, p2p_seq, min(state) AS state FROM {rel.blocks}
-                                       GROUP BY ALL) b
-              ON {in_block}
-            WHERE NOT is_p2p AND NOT marker
+                   -- op by op: each op's signatures with its place in the block (so two ops swapped,
+                   -- or one more op, differ), summed over the block
+                   hash(sum(hash(op, e.part)::HUGEINT)) AS type_sig, hash(sum(hash(size_sig, e.part)::HUGEINT)) AS size_sig,
+                   hash(sum(hash(dtype_sig, e.part)::HUGEINT)) AS dtype_sig, min(e.block_state) AS state
+            FROM (SELECT e.*, b.state AS block_state,
+                         row_number() OVER (PARTITION BY {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name,
+                                                         e.seq ORDER BY e.entry_index) AS part
+                  FROM {rel.entries} e JOIN (SELECT {k}rank, pg_name, seq, p2p_seq, min(state) AS state
+                                             FROM {rel.blocks} GROUP BY ALL) b
+                    ON {in_block}
+                  WHERE NOT e.is_p2p AND NOT e.marker) e
             GROUP BY {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name, e.seq
             """
         )

@@ -457,9 +457,15 @@ def dump_key(sha: str, data: bytes, parsed: ParsedDump, ident: Identity) -> str:
 
 
 def _check_world(ident: Identity, parsed: ParsedDump) -> None:
-    """A rank outside the world its own process groups describe is refused:
-    a name that gave a wrong number (a timestamp, a step) must not be stored."""
-    ranks = [r for g in parsed.groups if g["ranks"] for r in g["ranks"]]
+    """A rank outside the groups its own entries recorded in is refused: a name that gave a wrong number
+    (a timestamp, a step) must not be stored. Only such a group can say so: a pg_config entry that no
+    entry of the dump names (gloo's one entry keyed ``''``, which holds whichever group torch registered
+    last, ``'[0, 1]'`` in every rank's dump since torch 2.14) describes no group of this rank's, and the
+    diagnosis weighs it as evidence (frlake.diagnose.evidence)."""
+    if not parsed.n_entries:
+        return
+    used = set(parsed.entries["pg_name"].unique().to_pylist())
+    ranks = [r for g in parsed.groups if g["ranks"] and g["pg_name"] in used for r in g["ranks"]]
     if ranks and ident.rank > max(ranks):
         raise DumpRejected(
             "rank_outside_world",

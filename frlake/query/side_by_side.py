@@ -66,6 +66,13 @@ class Collective(Record):
     missing: tuple[int, ...]  # members shown without an entry
     members: tuple[int, ...]  # members shown
     members_total: int
+    part: int = 1  # which op of a coalesced block (its entries that share the group and sequence id), from 1
+    parts: int = 1  # the most ops a member's block holds: 1 for a collective of one op
+
+    @property
+    def label(self) -> str:
+        """The op, with its place in a coalesced block ("broadcast, op 2 of 2")."""
+        return self.op if self.parts == 1 else f"{self.op}, op {self.part} of {self.parts}"
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,8 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
                  max_ranks: int = MAX_RANKS) -> SideBySide:
     """The attempt's collectives (in the filter) with one cell per rank shown:
     its op, state, sizes and arrival (ms after the first member), or nothing
-    where the rank has no entry for it. Without ``flt.ranks``, an attempt of
+    where the rank has no entry for it. A coalesced block (entries of one rank that share the group and
+    sequence id) is a row per op, each op compared with the same op of the other members' blocks. Without ``flt.ranks``, an attempt of
     more than ``max_ranks`` ranks shows the culprits of ``diagnosis`` and
     the members of the hung group nearest them (culprits first), in the hung
     group's collectives unless ``flt.pgs`` names others; the last ``limit``
@@ -133,39 +141,43 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
           QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY {NEWEST_DUMP}) = 1
         ), e AS (
           SELECT e.pg_name, e.pg_desc, e.collective_seq_id AS seq, e.rank, d.host, e.op, e.state,
-                 e.input_sizes, e.input_dtypes, e.time_created_ns AS t, e.entry_index
+                 e.input_sizes, e.input_dtypes, e.time_created_ns AS t, e.entry_index,
+                 row_number() OVER (PARTITION BY e.pg_name, e.collective_seq_id, e.rank ORDER BY e.entry_index) AS part
           FROM entries e JOIN d USING (dump_id)
           WHERE e.job = $job AND e.attempt = $attempt AND NOT e.is_p2p AND e.collective_seq_id IS NOT NULL
             AND NOT {END_MARKER.replace("op ", "e.op ")}
             AND list_contains($ranks::INTEGER[], e.rank)
             AND ($pgs::VARCHAR[] IS NULL OR list_contains($pgs::VARCHAR[], e.pg_name))
             AND ($lo::BIGINT IS NULL OR e.collective_seq_id >= $lo) AND ($hi::BIGINT IS NULL OR e.collective_seq_id <= $hi)
-          QUALIFY row_number() OVER (PARTITION BY e.pg_name, e.collective_seq_id, e.rank ORDER BY e.entry_index) = 1
         ), keys AS (
           SELECT pg_name, seq, min(t) AS t0 FROM e GROUP BY ALL ORDER BY min(t) DESC, pg_name, seq LIMIT $limit
         )
         SELECT e.pg_name, e.pg_desc, e.seq, e.rank, e.host, e.op, e.state, e.input_sizes::VARCHAR,
-               e.input_dtypes::VARCHAR, round((e.t - keys.t0) / 1e6, 3) AS late_ms
+               e.input_dtypes::VARCHAR, round((e.t - keys.t0) / 1e6, 3) AS late_ms, e.part
         FROM e JOIN keys USING (pg_name, seq)
-        ORDER BY keys.t0, e.pg_name, e.seq, e.rank
+        ORDER BY keys.t0, e.pg_name, e.seq, e.part, e.rank
         """,
         params | {"ranks": shown, "pgs": sorted(pgs) if pgs is not None else None, "lo": flt.seq_from,
                   "hi": flt.seq_to, "limit": limit},
     ).fetchall()
-    found: dict[tuple[str, int], tuple[str | None, dict[int, Cell]]] = {}
-    for pg, desc, seq, rank, _host, op, state, sizes, dtypes, late in rows:
-        found.setdefault((pg, seq), (desc, {}))[1][rank] = Cell(op, state, sizes, dtypes, late)
+    found: dict[tuple[str, int, int], tuple[str | None, dict[int, Cell]]] = {}
+    parts: dict[tuple[str, int], int] = {}
+    for pg, desc, seq, rank, _host, op, state, sizes, dtypes, late, part in rows:
+        found.setdefault((pg, seq, part), (desc, {}))[1][rank] = Cell(op, state, sizes, dtypes, late)
+        parts[(pg, seq)] = max(parts.get((pg, seq), 1), part)
     in_view = set(shown)
     out = []
-    for (pg, seq), (desc, cells) in found.items():
+    for (pg, seq, part), (desc, cells) in found.items():
         group = members.get(pg, set()) | set(cells)
         out.append(Collective(
             pg, desc, seq, cells, "/".join(sorted({c.op for c in cells.values() if c.op is not None})),
             len({(c.op, c.sizes, c.dtypes) for c in cells.values()}) == 1,
-            tuple(r for r in shown if r not in cells and r in group), tuple(sorted(group & in_view)), len(group)))
+            tuple(r for r in shown if r not in cells and r in group), tuple(sorted(group & in_view)), len(group),
+            part, parts[(pg, seq)]))
+    seen = {(pg, seq) for pg, seq, _ in found}
     return SideBySide(job, attempt, tuple(RankShown(r, hosts.get(r)) for r in shown),
                       tuple(sorted(pgs)) if pgs is not None else None, len(candidates),
-                      not flt.ranks and len(shown) < len(candidates), tuple(out), len(found) >= limit)
+                      not flt.ranks and len(shown) < len(candidates), tuple(out), len(seen) >= limit)
 
 
 def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]]:

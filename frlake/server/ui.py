@@ -157,8 +157,8 @@ def attempt_entries(job: str, attempt: int):
     tables = [
         Export("stack-diff", ["ranks", "hosts", "op", "pg", "pg_desc", "top_frame", "odd_one_out"],
                [[g.ranks, g.hosts, g.op, g.pg, g.pg_desc, g.top_frame, g.odd_one_out] for g in stacks]),
-        Export("entries", ["pg", "pg_desc", "seq", "op", "agree", "missing", *[f"r{r}" for r in ranks]],
-               [[c.pg, c.pg_desc, c.seq, c.op, c.agree, c.missing, *[c.cells.get(r) for r in ranks]]
+        Export("entries", ["pg", "pg_desc", "seq", "part", "op", "agree", "missing", *[f"r{r}" for r in ranks]],
+               [[c.pg, c.pg_desc, c.seq, c.part, c.op, c.agree, c.missing, *[c.cells.get(r) for r in ranks]]
                 for c in view.collectives]),
     ]
     return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args,
