@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 from typer.testing import CliRunner
@@ -57,3 +59,23 @@ def test_bad_windows_and_ranks_are_clear_errors(corpus_lake):
     assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "bad_request"
     missing = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", "job-NOPE"])
     assert missing.exit_code == 1 and "no dumps of job" in missing.output
+
+
+def test_a_coalesced_block_is_a_row_per_op_and_the_disagreeing_op_is_marked(tmp_path, fl):
+    """torch's testBuildDB block, completed: two broadcasts, [[4, 4]] then [[5, 5]] on rank 0 and [[4, 4]]
+    twice on rank 1. The block is a mismatch, and the entries view shows which of its ops disagrees."""
+    from tests.test_torch_checklist import _write, marker, op
+
+    _write(tmp_path / "nfs" / "blk" / "attempt-0", [
+        [op("_broadcast_oop", [[4, 4]], [[4, 4]], seq=1), op("_broadcast_oop", [[5, 5]], [[5, 5]], seq=1),
+         marker("ALLGATHER_coalesced", 1)],
+        [op("_broadcast_oop", [[4, 4]], [[4, 4]], seq=1)] * 2 + [marker("ALLGATHER_coalesced", 1)]])
+    assert fl.ingest([tmp_path / "nfs"]).rejected == 0
+    assert fl.diagnose("blk", 0, store=False).verdict == "mismatch"
+    view = fl.entries("blk", 0)
+    assert [(c.seq, c.part, c.parts, c.agree) for c in view.collectives] == [(1, 1, 2, True), (1, 2, 2, False)]
+    assert view.collectives[1].cells[0].sizes == "[[5, 5]]" and view.collectives[1].label.endswith("op 2 of 2")
+    out = runner.invoke(app, ["--lake", str(fl.settings.lake), "entries", "blk", "-f", "csv"])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    assert [(r["part"], r["agree"]) for r in rows] == [("1", "yes"), ("2", "NO")]

@@ -62,14 +62,16 @@ def entries_command(
         emit_json({**view.to_dict(), "stacks": [g.to_dict() for g in diff]})
         return
     ranks_shown = [r.rank for r in view.ranks]
-    columns = ["pg", "seq", "op", "agree", *[f"r{r}" for r in ranks_shown]]
+    table = fmt is Format.table  # a person reads "op 2 of 2" beside the op; a program gets a column "part"
+    columns = ["pg", "seq", *([] if table else ["part"]), "op", "agree", *[f"r{r}" for r in ranks_shown]]
     rows = []
     for c in view.collectives:
         cells = [_cell(c.cells.get(r), fmt) if r in c.members else "" for r in ranks_shown]
         agree = "HANG" if (c.pg, c.seq) == at else "yes" if c.agree and not c.missing else "NO"
-        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, c.label, agree,
+        rows.append([f"{c.pg_desc or ''} {c.pg}".strip(), c.seq, *([c.label] if table else [c.part, c.op]), agree,
                      *cells])
-    emit_rows(columns, rows, fmt, title=f"{view.job} attempt {view.attempt}: {len(rows)} collectives")
+    count = len({(c.pg, c.seq) for c in view.collectives})
+    emit_rows(columns, rows, fmt, title=f"{view.job} attempt {view.attempt}: {count} collectives")
     if fmt is Format.table:
         if view.truncated:
             console.print(f"[yellow]only the last {len(rows)} collectives (those nearest the hang) are shown: "
