@@ -1,6 +1,7 @@
 """False stragglers: real healthy torch jobs must never name a host.
 
-    python bench/bench_false_positives.py [--healthy 100] [--stragglers 5] [--busy 0] [--jitter 0] [--workdir DIR]
+    python bench/bench_false_positives.py [--healthy 100] [--stragglers 5] [--busy 0] [--jitter 0]
+                                          [--clock-skew 0] [--workdir DIR]
 
 Runs real 8-rank gloo jobs with torch (tests/fixtures/genuine/make_genuine.py: a 2-D mesh, TP all_gather,
 DP all_reduce and world all_reduce, 20 steps), each writing its dumps as torch returns them: ``--healthy``
@@ -8,6 +9,11 @@ healthy jobs (the machine's own jitter: 8 processes on this machine's cores) and
 one rank (a different one each time) sleeps 0.3 s before each of its collectives. Every job is ingested
 into one lake and diagnosed, and each attempt is diagnosed twice in one run: by the rule of today, and by
 the rule before the share of the job's time was required (``MIN_SHARE = 0``), side by side.
+
+``--clock-skew S``: each host's clock reads off by a random offset of up to S seconds either way (uniform,
+one per host and job, seeded): every timestamp in its ranks' dumps is moved by it before the ingest, as a
+host whose clock disagrees writes them. Then a third rule is weighed beside: today's without the clock
+correction (``CORRECT_CLOCKS = False``).
 
 Prints the counts and writes bench/results/false_positives.json. Floors: 0 stragglers among the healthy
 jobs, every injected straggler found (its rank and host).
@@ -73,13 +79,42 @@ def _run(gen, work: Path, healthy: int, stragglers: int, jitter: float) -> list[
     return jobs
 
 
-def judge(settings, jobs: list[dict], min_share: float) -> dict:
-    """Every job's verdict by the straggler rule with ``min_share``."""
+TIMES = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+
+
+def skew_clocks(work: Path, jobs: list[dict], most: float) -> None:
+    """Move every timestamp of each host's dumps by its clock's offset (up to ``most`` seconds either way)."""
+    import pickle
+    import random
+
+    for i, j in enumerate(jobs):
+        rng = random.Random(f"clock-{i}")
+        j["clock_offsets_s"] = {}
+        for host in sorted((work / j["job"] / "attempt-0").iterdir()):
+            offset = rng.uniform(-most, most)
+            j["clock_offsets_s"][host.name] = round(offset, 3)
+            for path in sorted(host.iterdir()):
+                if path.name.endswith(".json"):
+                    dump = json.loads(path.read_text())
+                else:
+                    dump = pickle.loads(path.read_bytes())  # the bench's own dumps, just written by torch
+                for entry in dump.get("entries", []):
+                    for key in TIMES:
+                        if entry.get(key):
+                            entry[key] += round(offset * 1e9)
+                if path.name.endswith(".json"):
+                    path.write_text(json.dumps(dump))
+                else:
+                    path.write_bytes(pickle.dumps(dump))
+
+
+def judge(settings, jobs: list[dict], min_share: float, correct_clocks: bool = True) -> dict:
+    """Every job's verdict by the straggler rule with ``min_share`` (and the clock correction or not)."""
     from frlake.diagnose import straggler
     from frlake.session import Frlake
 
-    saved = straggler.MIN_SHARE
-    straggler.MIN_SHARE = min_share
+    saved = straggler.MIN_SHARE, straggler.CORRECT_CLOCKS
+    straggler.MIN_SHARE, straggler.CORRECT_CLOCKS = min_share, correct_clocks
     try:
         out = {}
         with Frlake(settings) as session:
@@ -88,10 +123,12 @@ def judge(settings, jobs: list[dict], min_share: float) -> dict:
                 root = d.root
                 out[j["job"]] = {"verdict": d.verdict.value, "rank": root.rank if root else None,
                                  "host": root.host if root else None, "p_value": root.p_value if root else None,
-                                 "lateness_ms": root.lateness_ms if root else None, "summary": d.summary}
+                                 "lateness_ms": root.lateness_ms if root else None, "summary": d.summary,
+                                 "clocks_corrected": [(c["host"], c["corrected_ms"])
+                                                      for c in (d.clocks or {}).get("corrected", [])]}
         return out
     finally:
-        straggler.MIN_SHARE = saved
+        straggler.MIN_SHARE, straggler.CORRECT_CLOCKS = saved
 
 
 def main() -> None:
@@ -101,6 +138,8 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0, help="processes burning CPU beside the jobs (a shared node)")
     ap.add_argument("--jitter", type=float, default=0.0,
                     help="every rank sleeps up to this many seconds (uniform) before each step: ordinary jitter")
+    ap.add_argument("--clock-skew", type=float, default=0.0,
+                    help="each host's clock off by a random offset of up to this many seconds either way")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=HERE / "results" / "false_positives.json")
     a = ap.parse_args()
@@ -116,17 +155,23 @@ def main() -> None:
     dumps.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     jobs = run_jobs(dumps, a.healthy, a.stragglers, a.busy, a.jitter)
+    if a.clock_skew:
+        skew_clocks(dumps, jobs, a.clock_skew)
     settings = Settings.resolve(lake)
     with Frlake(settings) as session:
         summary = session.ingest([dumps], IngestOptions(workers=1))
     assert summary.rejected == 0, summary.rejected_files
     rules = {"today": judge(settings, jobs, straggler.MIN_SHARE), "before (no share)": judge(settings, jobs, 0.0)}
+    if a.clock_skew:
+        rules["no clock correction"] = judge(settings, jobs, straggler.MIN_SHARE, correct_clocks=False)
     hosts = {j["job"]: f"host-{'abcd'[j['culprit'] // 2]}" for j in jobs if j["culprit"] is not None}
     report = {"healthy_jobs": a.healthy, "straggler_jobs": a.stragglers, "busy": a.busy, "jitter_s": a.jitter,
+              "clock_skew_s": a.clock_skew,
               "seconds": round(time.perf_counter() - started),
               "jobs": jobs, "rules": {}}
     print(f"\n{a.healthy} healthy and {a.stragglers} straggler jobs (8 ranks, 20 steps, real torch gloo; "
-          f"{a.busy} processes burning CPU beside them; each rank up to {a.jitter * 1000:g} ms late to each step)")
+          f"{a.busy} processes burning CPU beside them; each rank up to {a.jitter * 1000:g} ms late to each step; "
+          f"each host's clock up to {a.clock_skew:g} s off)")
     for name, verdicts in rules.items():
         healthy = [j for j in jobs if j["culprit"] is None]
         sick = [j for j in jobs if j["culprit"] is not None]

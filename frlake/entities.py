@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 8  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+ALGORITHM_VERSION = 9  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
 # pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
 # without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects,
 # a rank whose ops all completed waits for no member without a dump, a dump in two hosts' folders names no host,
@@ -15,7 +15,7 @@ ALGORITHM_VERSION = 8  # 2: groups by name and members, torchcomms, suspects, st
 # inferred, pg_status-only dumps by rank-local id, names' times as intervals, a failed collective is no job at work,
 # gloo's tied roots, stragglers that cost the job a share of its time; 8: a pg_config list the dumps contradict
 # (torch 2.14 gloo's '' entry) is no group's members nor the world; dumps that record nothing are incomplete, not
-# healthy; a coalesced block is compared op by op
+# healthy; a coalesced block is compared op by op; 9: lateness on clocks corrected for their hosts' offsets
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -145,6 +145,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)  # how the dumps were read where their shape asked for it
     # how ranks that left no dump and that no dump lists were found (gloo lists no groups): one line per rule
     world_inferred: list[str] = field(default_factory=list)
+    # the hosts' clock offsets estimated from the dumps (frlake.diagnose.clocks), where lateness was weighed
+    clocks: dict = field(default_factory=dict)
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

@@ -62,7 +62,9 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     slow = None
     if not mismatches and not stalled:
         # lateness only means something in an attempt that did not hang
-        slow, lateness = straggler.analyze(con, ev)
+        slow, lateness, skew = straggler.analyze(con, ev)
+        diag.clocks = skew.to_dict() if skew is not None and skew.offsets else {}
+        diag.notes += [_clock_note(o, skew.basis) for o in (skew.offsets if skew is not None else []) if o.corrected]
         diag.rank_lateness = [dict(vars(r), host=hosts.get(r.rank)) for r in lateness]
 
     if mismatches:
@@ -122,6 +124,17 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
+
+
+def _clock_note(o, basis: str) -> str:
+    """How one host's clock was corrected, with the estimate's spread and causality's bounds."""
+    who = o.host or f"rank {o.ranks[0]} (host unknown)"
+    ahead = "ahead of" if o.offset_ms > 0 else "behind"
+    by = "completion" if basis == "completion" else "members' next calls"
+    return (f"{who}'s clock reads {abs(o.offset_ms):.1f} ms {ahead} the others' (spread {o.spread_ms:.1f} ms, "
+            f"between {o.lo_ms:.1f} and {o.hi_ms:.1f} ms by causality, over {o.collectives} collectives; aligned "
+            f"by each collective's {by}): its ranks' "
+            f"times were corrected by {o.corrected_ms:.1f} ms before lateness was weighed")
 
 
 def _records_no_p2p(con: duckdb.DuckDBPyConnection, ev: Evidence, stalls: list[hang.Stall]) -> bool:

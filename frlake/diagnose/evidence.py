@@ -534,7 +534,7 @@ def entry_columns(pg: str, marker: str, size_sig: str, dtype_sig: str, durations
     """What ``rel.entries`` keeps of each entry (``en``), its group read as ``pg``."""
     return f"""en.rank, {pg} AS pg_name, en.pg_desc, en.collective_seq_id AS seq,
                en.p2p_seq_id AS p2p_seq, en.is_p2p, en.op, {_STATE} AS state, en.entry_index, en.time_created_ns AS t,
-               en.pg_id,
+               en.time_discovered_completed_ns AS t_done, en.backend = 'gloo' AS sync, en.pg_id,
                en.stack_id, en.p2p_src, en.p2p_dst, {marker} AS marker,
                {size_sig} AS size_sig, {dtype_sig} AS dtype_sig,
                en.pg_desc IS NOT DISTINCT FROM en.backend AS desc_is_backend{_DURATIONS if durations else ""}"""
@@ -555,8 +555,8 @@ def build_calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) ->
         """
     )
     calls = f"""
-        SELECT {k}rank, pg_name, pg_desc, seq, entry_index, t, op, stack_id, hash(op) AS type_sig, size_sig,
-               dtype_sig, state
+        SELECT {k}rank, pg_name, pg_desc, seq, entry_index, t, t_done, sync, op, stack_id, hash(op) AS type_sig,
+               size_sig, dtype_sig, state
         FROM {rel.entries} e WHERE NOT is_p2p AND NOT marker
     """
     has_blocks = blocked if blocked is not None else con.execute(
@@ -567,7 +567,8 @@ def build_calls(con, rel: Relations, keys: Keys, blocked: bool | None = None) ->
             f"""
             CREATE OR REPLACE TEMP TABLE {block_calls} AS
             SELECT {"".join(f"e.{c}, " for c in keys.columns)}e.rank, e.pg_name, min(pg_desc) AS pg_desc, e.seq,
-                   min(entry_index) AS entry_index, min(t) AS t, arg_min(op, entry_index) AS op,
+                   min(entry_index) AS entry_index, min(t) AS t, max(t_done) AS t_done, bool_and(sync) AS sync,
+                   arg_min(op, entry_index) AS op,
                    arg_min(stack_id, entry_index) AS stack_id,
                    -- op by op: each op's signatures with its place in the block (so two ops swapped,
                    -- or one more op, differ), summed over the block

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from frlake.diagnose import clocks
 from frlake.diagnose.evidence import Evidence
 
 MIN_LATENESS_NS = 10_000_000  # 10 ms: below this, lateness is noise on any fleet
@@ -48,6 +49,7 @@ MIN_JITTER_NS = 100_000  # 0.1 ms: timestamps are not finer than that in practic
 # span (a busy machine makes some rank 12 ms late on a 32 ms step three times in twenty steps; a rank that
 # sleeps before each collective costs the job most of its time)
 MIN_SHARE = 0.10
+CORRECT_CLOCKS = True  # lateness on clocks corrected for their hosts' offsets (bench_false_positives weighs both)
 
 
 @dataclass
@@ -102,6 +104,17 @@ LATE_EVENTS = """
 """
 LATE_SPAN = "SELECT {k}max(t) - min(t) FROM {late}"
 _LATE = "_late"  # an attempt's lateness (LATENESS)
+# LATENESS of one attempt, each rank's times less its host's clock offset (``_clock``: rank, ns)
+LATENESS_CORRECTED = """
+    CREATE OR REPLACE TEMP TABLE {late} AS
+    WITH c AS (
+      SELECT c.rank, c.t - coalesce(o.ns, 0) AS t, c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
+      FROM {calls} c SEMI JOIN {instances} m USING (pg_name, seq) LEFT JOIN _clock o USING (rank)
+    )
+    SELECT rank, t, t - min(t) OVER w AS late, t = max(t) OVER w AND max(t) OVER w > min(t) OVER w AS last,
+           pg_name, pg_desc, seq, op, stack_id
+    FROM c WINDOW w AS (PARTITION BY pg_name, seq)
+"""
 
 
 @dataclass
@@ -124,20 +137,46 @@ def threshold(stats: dict[int, RankLateness]) -> float:
 
 
 def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
-            min_events: int = 3) -> tuple[Straggler | None, list[RankLateness]]:
-    """The straggler (or None) and the lateness of the notable ranks."""
+            min_events: int = 3) -> tuple[Straggler | None, list[RankLateness], clocks.Clocks | None]:
+    """The straggler (or None), the lateness of the notable ranks, and the hosts' clock offsets (None when no
+    arrival is MIN_LATENESS_NS late: then no clock makes or hides a straggler)."""
     read: Lateness | None = ev.batch_rows.lateness if ev.batch_rows is not None else None
     if read is None:
         con.execute(LATENESS.format(late=_LATE, k="", ck="", calls=ev.rel.calls, instances=ev.rel.instances))
     table = read.table if read is not None else _LATE
+    stats, events = _read_lateness(con, table, read)
+    if not stats:
+        return None, [], None
+    skew = None
+    if CORRECT_CLOCKS and any(s.late_max_ms * 1e6 > MIN_LATENESS_NS for s in stats.values()):
+        skew = clocks.estimate(con, ev.rel.calls, ev.rel.instances, ev.rel.dumps)
+        shift = skew.by_rank()
+        if shift:  # lateness again, on the corrected clocks
+            con.execute("CREATE OR REPLACE TEMP TABLE _clock AS SELECT unnest($ranks) AS rank, unnest($ns) AS ns",
+                        {"ranks": list(shift), "ns": list(shift.values())})
+            con.execute(LATENESS_CORRECTED.format(late=_LATE, calls=ev.rel.calls, instances=ev.rel.instances))
+            read, table = None, _LATE
+            stats, events = _read_lateness(con, table, None)
+    straggler, notable = _judge(con, stats, events, table, read, min_events)
+    return straggler, notable, skew
+
+
+def _read_lateness(con: duckdb.DuckDBPyConnection, table: str,
+                   read: Lateness | None) -> tuple[dict[int, RankLateness], list[tuple]]:
     stats = {
         r[0]: RankLateness(*r)
         for r in (read.stats if read is not None else con.execute(LATENESS_STATS.format(k="", late=table)).fetchall())
     }
     if not stats:
-        return None, []
+        return stats, []
     events = read.events if read is not None else con.execute(
         LATE_EVENTS.format(k="", late=table, threshold="$threshold"), {"threshold": threshold(stats)}).fetchall()
+    return stats, events
+
+
+def _judge(con: duckdb.DuckDBPyConnection, stats: dict[int, RankLateness], events: list[tuple], table: str,
+           read: Lateness | None, min_events: int) -> tuple[Straggler | None, list[RankLateness]]:
+    """The straggler among the late arrivals ``events`` (or None), and the notable ranks."""
     times = [row[0] for row in events]
     roots: dict[int, list[tuple]] = {}
     total = 0

@@ -1,0 +1,251 @@
+"""Each host's clock offset, estimated from the dumps themselves.
+
+Every timestamp in a dump is read from its own host's clock, and hosts' clocks disagree (by milliseconds
+to seconds on real fleets). One host 1.5 s ahead makes all its ranks look 1.5 s late to every collective,
+and a real straggler elsewhere disappears in that lateness. A clock domain is a host (a rank of unknown
+host is a domain of its own); a domain's offset ``s`` is what its times read more than the attempt's
+common clock.
+
+Two things in the dumps bound it, and both are used:
+
+* **Causality.** A collective completes only after every member joined it, so a member's *done* time for
+  a collective (the watchdog's ``time_discovered_completed_ns`` where the recorder kept it; on gloo, whose
+  collectives run on the calling thread, the rank's next call) comes after every member's arrival
+  (``time_created_ns``). Against the other domains, each collective bounds ``s`` from both sides
+  (``lo``: its latest arrival minus the others' earliest done; ``hi``: its earliest done minus the others'
+  latest arrival); over the collectives, the tightest of each that several collectives give (``OUTLIERS``)
+  bound it.
+* **Alignment.** The members of one collective finish it together, so their done times agree but for the
+  time each spends before its next call: a domain's offset is estimated as the median, over its
+  collectives, of its done time minus the median of every domain's (iterated until it settles), with the
+  robust spread of those deviations.
+
+A domain is corrected only when causality demands it: when an unshifted clock would have the others finish
+collectives before it arrived, or it finish before they did (0 outside ``[lo, hi]``). Then by its
+alignment estimate, kept inside ``[lo, hi]``. A rank that is late because it *is* slow (a straggler) breaks
+no causality (the others wait for it), so its lateness is never corrected away; a host whose skew is
+smaller than the gaps between its collectives cannot be told from a slow one, and is not corrected. Each
+estimate is shown with its spread and bounds (:class:`ClockOffset`), corrected or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+# A bound is as tight as its tightest collectives (where the domain truly arrived last, or finished first), but
+# not one stray: the k-th tightest, k this share of the domain's collectives and at least MIN_COLLECTIVES
+OUTLIERS = 0.05
+ROUNDS = 20  # alignment rounds, at most
+SETTLED_NS = 100_000  # 0.1 ms: alignment rounds stop when no domain moves by more
+MIN_COLLECTIVES = 3  # a domain is bounded only by this many collectives shared with other domains
+MIN_SHIFT_NS = 1_000_000  # 1 ms: a clock nearer than this to the others' is left as it is ...
+CONSISTENT = 5.0  # ... and one whose estimate is less than this many robust sds of its own deviations
+
+# Per clock domain and collective instance: its members' first and last arrival and their earliest done
+# time ({sync}: whether a rank's next call is a done time, its collectives blocking).
+CLOCK_ROWS = """
+    WITH c AS (
+      SELECT c.rank, c.pg_name, c.seq, c.t,
+             coalesce(nullif(c.t_done, 0), CASE WHEN c.sync THEN lead(c.t) OVER (PARTITION BY c.rank ORDER BY c.entry_index)
+                                END) AS done
+      FROM {calls} c
+    )
+    SELECT coalesce(d.host, '#' || c.rank::VARCHAR) AS domain, hash(c.pg_name, c.seq) AS instance,
+           min(c.t) AS first, max(c.t) AS last, min(c.done) AS done
+    FROM c JOIN {instances} m USING (pg_name, seq) JOIN {dumps} d USING (rank)
+    GROUP BY ALL ORDER BY domain, instance
+"""
+RANK_DOMAINS = "SELECT rank, coalesce(host, '#' || rank::VARCHAR) FROM {dumps} ORDER BY rank"
+
+
+@dataclass
+class ClockOffset:
+    """One clock domain's estimate: ``host`` (None for a rank of unknown host, named by ``ranks``)."""
+
+    host: str | None
+    ranks: list[int]
+    offset_ms: float  # the alignment estimate: how much its clock reads ahead of the attempt's
+    spread_ms: float  # the robust standard deviation of its collectives' deviations
+    lo_ms: float | None  # causality: the offset is at least this ...
+    hi_ms: float | None  # ... and at most this (None: too few collectives shared with other domains)
+    collectives: int
+    corrected_ms: float = 0.0  # what the lateness was corrected by (0 when causality did not demand it)
+
+    @property
+    def corrected(self) -> bool:
+        return self.corrected_ms != 0.0
+
+
+@dataclass
+class Clocks:
+    offsets: list[ClockOffset]  # every domain's, by host (ranks of unknown host last)
+    basis: str  # what a done time is: "completion" (the watchdog's), "next call" (gloo) or "" (none known)
+
+    def by_rank(self) -> dict[int, int]:
+        """rank -> the nanoseconds to take from its times (only of corrected domains)."""
+        return {r: round(o.corrected_ms * 1e6) for o in self.offsets if o.corrected for r in o.ranks}
+
+    def to_dict(self) -> dict:
+        corrected = [o for o in self.offsets if o.corrected]
+        largest = max(self.offsets, key=lambda o: (abs(o.offset_ms), o.host or ""), default=None)
+        return {"basis": self.basis, "domains": len(self.offsets),
+                "corrected": [_row(o) for o in corrected],
+                "largest": _row(largest) if largest is not None and not largest.corrected else None}
+
+
+def _row(o: ClockOffset) -> dict:
+    return {"host": o.host, "ranks": o.ranks, "offset_ms": o.offset_ms, "spread_ms": o.spread_ms,
+            "lo_ms": o.lo_ms, "hi_ms": o.hi_ms, "collectives": o.collectives, "corrected_ms": o.corrected_ms}
+
+
+def estimate(con: duckdb.DuckDBPyConnection, calls: str, instances: str, dumps: str) -> Clocks:
+    """The attempt's clock domains and their offsets (see the module's docstring)."""
+    rows = con.execute(CLOCK_ROWS.format(calls=calls, instances=instances, dumps=dumps)).fetchnumpy()
+    ranks: dict[str, list[int]] = {}
+    for rank, domain in con.execute(RANK_DOMAINS.format(dumps=dumps)).fetchall():
+        ranks.setdefault(domain, []).append(rank)
+    names = sorted(ranks, key=lambda d: (d.startswith("#"), d))
+    if len(names) < 2 or len(rows["domain"]) == 0:
+        return Clocks([], "")
+    index = {name: i for i, name in enumerate(names)}
+    dom = np.array([index[d] for d in rows["domain"]], dtype=np.int64)
+    _, inst = np.unique(rows["instance"], return_inverse=True)
+    last = rows["last"].astype(np.float64)
+    done = np.ma.asarray(rows["done"]).astype(np.float64).filled(np.nan)
+    shared = _count(inst)[inst] > 1  # a collective of one domain bounds nothing
+    has_done = ~np.isnan(done)
+    basis = "" if not has_done.any() else (
+        "completion" if _completion_based(con, calls) else "next call")
+    n = len(names)
+    aligned = _align(dom, inst, done, shared & has_done, n)
+    spread = _spread(dom, inst, done, shared & has_done, aligned, n)
+    # the gate: each domain against the others at their current correction (first their estimates), until no
+    # domain changes its mind
+    corrected = aligned.copy()
+    for _ in range(4):
+        lo, hi, count, last_share = _bounds(dom, inst, last, done, shared & has_done, corrected, n)
+        bounded = (count >= MIN_COLLECTIVES) & (lo <= hi)
+        demanded = bounded & ~((lo <= 0) & (0 <= hi))
+        # a clock whose collectives it never completes (others are still on their way when it arrives), whose
+        # done times are its estimate off on every collective: late or early it costs nobody anything, and its
+        # lateness would only blur whose lateness does
+        bystander = (bounded & (lo <= aligned) & (aligned <= hi) & (last_share <= OUTLIERS)
+                     & (np.abs(aligned) >= MIN_SHIFT_NS) & (np.abs(aligned) >= CONSISTENT * spread))
+        decided = np.where(demanded, np.clip(aligned, lo, np.maximum(lo, hi)), np.where(bystander, aligned, 0.0))
+        if np.array_equal(decided, corrected):
+            break
+        corrected = decided
+    offsets = [ClockOffset(host=None if name.startswith("#") else name, ranks=ranks[name],
+                           offset_ms=_ms(aligned[i]), spread_ms=_ms(spread[i]),
+                           lo_ms=_ms(lo[i]) if count[i] >= MIN_COLLECTIVES else None,
+                           hi_ms=_ms(hi[i]) if count[i] >= MIN_COLLECTIVES else None,
+                           collectives=int(count[i]), corrected_ms=_ms(corrected[i]))
+               for i, name in enumerate(names)]
+    return Clocks(offsets, basis)
+
+
+def _completion_based(con: duckdb.DuckDBPyConnection, calls: str) -> bool:
+    return bool(con.execute(f"SELECT count(*) > 0 FROM (SELECT 1 FROM {calls} WHERE t_done > 0 LIMIT 1)")
+                .fetchone()[0])
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 3) if np.isfinite(ns) else 0.0
+
+
+def _count(groups: np.ndarray) -> np.ndarray:
+    return np.bincount(groups)
+
+
+def _by_domain(d: np.ndarray, n: int, *columns: np.ndarray) -> list[list[np.ndarray]]:
+    """Each column's values split by domain (0 .. n - 1): one pass, not one per domain."""
+    order = np.argsort(d, kind="stable")
+    cuts = np.searchsorted(d[order], np.arange(1, n))
+    return [np.split(c[order], cuts) for c in columns]
+
+
+def _align(dom, inst, done, use, n) -> np.ndarray:
+    """Each domain's offset by alignment: the median deviation of its done times from their collective's
+    median, iterated on the corrected times until no domain moves by more than SETTLED_NS; centred on the
+    median domain."""
+    s = np.zeros(n)
+    if not use.any():
+        return s
+    d, i, t = dom[use], inst[use], done[use]
+    for _ in range(ROUNDS):
+        dev = t - s[d] - _group_median(i, t - s[d])
+        (parts,) = _by_domain(d, n, dev)
+        step = np.array([np.median(p) if len(p) else 0.0 for p in parts])
+        s += step
+        if np.max(np.abs(step)) < SETTLED_NS:
+            break
+    return s - np.median(s)
+
+
+def _spread(dom, inst, done, use, s, n) -> np.ndarray:
+    """1.4826 x the median absolute deviation of each domain's deviations, at its estimate."""
+    out = np.zeros(n)
+    if not use.any():
+        return out
+    d, i, t = dom[use], inst[use], done[use]
+    (parts,) = _by_domain(d, n, t - s[d] - _group_median(i, t - s[d]))
+    for k, mine in enumerate(parts):
+        if len(mine):
+            out[k] = 1.4826 * np.median(np.abs(mine - np.median(mine)))
+    return out
+
+
+def _bounds(dom, inst, last, done, use, s, n) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Causality's bounds on each domain's offset, the others' times corrected by ``s``: ``lo`` (its latest
+    arrival minus the others' earliest done) and ``hi`` (its earliest done minus the others' latest
+    arrival), robust quantiles over its collectives, and how many collectives gave them."""
+    lo, hi, count = np.full(n, -np.inf), np.full(n, np.inf), np.zeros(n, dtype=np.int64)
+    last_share = np.ones(n)
+    if not use.any():
+        return lo, hi, count, last_share
+    d, i = dom[use], inst[use]
+    last_c, done_c = last[use] - s[d], done[use] - s[d]
+    others_done = _others(i, done_c, largest=False)
+    others_last = _others(i, last_c, largest=True)
+    lo_i = last[use] - others_done
+    hi_i = done[use] - others_last
+    arrived_last = (last[use] >= others_last).astype(np.float64)
+    for k, (los, his, lasts) in enumerate(zip(*_by_domain(d, n, lo_i, hi_i, arrived_last))):
+        count[k] = len(los)
+        last_share[k] = float(lasts.mean()) if len(lasts) else 1.0
+        if count[k] >= MIN_COLLECTIVES:
+            keep = max(MIN_COLLECTIVES, round(OUTLIERS * count[k])) - 1
+            lo[k] = np.partition(los, len(los) - 1 - keep)[len(los) - 1 - keep]
+            hi[k] = np.partition(his, keep)[keep]
+    return lo, hi, count, last_share
+
+
+def _group_median(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the median of ``values`` over the rows of its group."""
+    order = np.lexsort((values, groups))
+    g, v = groups[order], values[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[starts, len(g)])
+    median = (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
+    out = np.empty(len(values))
+    out[order] = np.repeat(median, counts)
+    return out
+
+
+def _others(groups: np.ndarray, values: np.ndarray, largest: bool) -> np.ndarray:
+    """Per row, the largest (or smallest) of ``values`` over the *other* rows of its group."""
+    order = np.lexsort((-values if largest else values, groups))
+    g, v = groups[order], values[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[starts, len(g)])
+    best = v[starts]
+    second = np.where(counts > 1, v[np.minimum(starts + 1, len(g) - 1)], np.nan)
+    first = np.zeros(len(g), dtype=bool)
+    first[starts] = True
+    out_sorted = np.where(first, np.repeat(second, counts), np.repeat(best, counts))
+    out = np.empty(len(values))
+    out[order] = out_sorted
+    return out
