@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import duckdb
 
-from frlake.diagnose import hang, mismatch, straggler
+from frlake.diagnose import clocks, hang, mismatch, straggler
 from frlake.diagnose.evidence import BatchReads, Evidence, live_stacks, load
 from frlake.diagnose.words import host_words, ranks_text
 from frlake.entities import WAIT_LIST, Culprit, Diagnosis, Verdict
@@ -63,8 +63,9 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     if not mismatches and not stalled:
         # lateness only means something in an attempt that did not hang
         slow, lateness, skew = straggler.analyze(con, ev)
-        diag.clocks = skew.to_dict() if skew is not None and skew.offsets else {}
-        diag.notes += [_clock_note(o, skew.basis) for o in (skew.offsets if skew is not None else []) if o.corrected]
+        if skew is not None and skew.offsets:
+            diag.clocks = skew.to_dict()
+            diag.notes += [_clock_note(o, skew.basis) for o in skew.offsets if o.corrected]
         diag.rank_lateness = [dict(vars(r), host=hosts.get(r.rank)) for r in lateness]
 
     if mismatches:
@@ -126,7 +127,7 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     return diag
 
 
-def _clock_note(o, basis: str) -> str:
+def _clock_note(o: clocks.ClockOffset, basis: str) -> str:
     """How one host's clock was corrected, with the estimate's spread and causality's bounds."""
     who = o.host or f"rank {o.ranks[0]} (host unknown)"
     ahead = "ahead of" if o.offset_ms > 0 else "behind"

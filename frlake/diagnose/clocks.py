@@ -20,9 +20,11 @@ Two things in the dumps bound it, and both are used:
   collectives, of its done time minus the median of every domain's (iterated until it settles), with the
   robust spread of those deviations.
 
-A domain is corrected only when causality demands it: when an unshifted clock would have the others finish
-collectives before it arrived, or it finish before they did (0 outside ``[lo, hi]``). Then by its
-alignment estimate, kept inside ``[lo, hi]``. A rank that is late because it *is* slow (a straggler) breaks
+A domain is corrected, by its alignment estimate kept inside ``[lo, hi]``, when causality demands it: when an
+unshifted clock would have the others finish collectives before it arrived, or it finish before they did (0
+outside ``[lo, hi]``). Or when it completes none of its collectives (others are still on their way when it
+arrives) and its estimate is clear of its spread: late or early, it costs nobody anything, and its lateness
+would only blur whose lateness does. A rank that is late because it *is* slow (a straggler) breaks
 no causality (the others wait for it), so its lateness is never corrected away; a host whose skew is
 smaller than the gaps between its collectives cannot be told from a slow one, and is not corrected. Each
 estimate is shown with its spread and bounds (:class:`ClockOffset`), corrected or not.
@@ -44,17 +46,17 @@ MIN_COLLECTIVES = 3  # a domain is bounded only by this many collectives shared 
 MIN_SHIFT_NS = 1_000_000  # 1 ms: a clock nearer than this to the others' is left as it is ...
 CONSISTENT = 5.0  # ... and one whose estimate is less than this many robust sds of its own deviations
 
-# Per clock domain and collective instance: its members' first and last arrival and their earliest done
-# time ({sync}: whether a rank's next call is a done time, its collectives blocking).
+# Per clock domain and collective instance: its members' last arrival, their earliest done time (the watchdog's
+# completion, else, where collectives block (``sync``), the rank's next call) and whether any was a completion.
 CLOCK_ROWS = """
     WITH c AS (
-      SELECT c.rank, c.pg_name, c.seq, c.t,
+      SELECT c.rank, c.pg_name, c.seq, c.t, c.t_done,
              coalesce(nullif(c.t_done, 0), CASE WHEN c.sync THEN lead(c.t) OVER (PARTITION BY c.rank ORDER BY c.entry_index)
                                 END) AS done
       FROM {calls} c
     )
     SELECT coalesce(d.host, '#' || c.rank::VARCHAR) AS domain, hash(c.pg_name, c.seq) AS instance,
-           min(c.t) AS first, max(c.t) AS last, min(c.done) AS done
+           max(c.t) AS last, min(c.done) AS done, bool_or(c.t_done > 0) AS completion
     FROM c JOIN {instances} m USING (pg_name, seq) JOIN {dumps} d USING (rank)
     GROUP BY ALL ORDER BY domain, instance
 """
@@ -72,7 +74,7 @@ class ClockOffset:
     lo_ms: float | None  # causality: the offset is at least this ...
     hi_ms: float | None  # ... and at most this (None: too few collectives shared with other domains)
     collectives: int
-    corrected_ms: float = 0.0  # what the lateness was corrected by (0 when causality did not demand it)
+    corrected_ms: float = 0.0  # what the lateness was corrected by (0: left as it was)
 
     @property
     def corrected(self) -> bool:
@@ -115,13 +117,11 @@ def estimate(con: duckdb.DuckDBPyConnection, calls: str, instances: str, dumps: 
     _, inst = np.unique(rows["instance"], return_inverse=True)
     last = rows["last"].astype(np.float64)
     done = np.ma.asarray(rows["done"]).astype(np.float64).filled(np.nan)
-    shared = _count(inst)[inst] > 1  # a collective of one domain bounds nothing
+    shared = np.bincount(inst)[inst] > 1  # a collective of one domain bounds nothing
     has_done = ~np.isnan(done)
-    basis = "" if not has_done.any() else (
-        "completion" if _completion_based(con, calls) else "next call")
+    basis = "" if not has_done.any() else "completion" if rows["completion"].any() else "next call"
     n = len(names)
-    aligned = _align(dom, inst, done, shared & has_done, n)
-    spread = _spread(dom, inst, done, shared & has_done, aligned, n)
+    aligned, spread = _align(dom, inst, done, shared & has_done, n)
     # the gate: each domain against the others at their current correction (first their estimates), until no
     # domain changes its mind
     corrected = aligned.copy()
@@ -147,17 +147,8 @@ def estimate(con: duckdb.DuckDBPyConnection, calls: str, instances: str, dumps: 
     return Clocks(offsets, basis)
 
 
-def _completion_based(con: duckdb.DuckDBPyConnection, calls: str) -> bool:
-    return bool(con.execute(f"SELECT count(*) > 0 FROM (SELECT 1 FROM {calls} WHERE t_done > 0 LIMIT 1)")
-                .fetchone()[0])
-
-
 def _ms(ns: float) -> float:
     return round(float(ns) / 1e6, 3) if np.isfinite(ns) else 0.0
-
-
-def _count(groups: np.ndarray) -> np.ndarray:
-    return np.bincount(groups)
 
 
 def _by_domain(d: np.ndarray, n: int, *columns: np.ndarray) -> list[list[np.ndarray]]:
@@ -167,41 +158,32 @@ def _by_domain(d: np.ndarray, n: int, *columns: np.ndarray) -> list[list[np.ndar
     return [np.split(c[order], cuts) for c in columns]
 
 
-def _align(dom, inst, done, use, n) -> np.ndarray:
+def _align(dom, inst, done, use, n) -> tuple[np.ndarray, np.ndarray]:
     """Each domain's offset by alignment: the median deviation of its done times from their collective's
-    median, iterated on the corrected times until no domain moves by more than SETTLED_NS; centred on the
-    median domain."""
-    s = np.zeros(n)
+    median, iterated on the corrected times until no domain moves by more than SETTLED_NS, centred on the
+    median domain; and the spread of its deviations there (1.4826 x their median absolute deviation)."""
+    s, spread = np.zeros(n), np.zeros(n)
     if not use.any():
-        return s
+        return s, spread
     d, i, t = dom[use], inst[use], done[use]
     for _ in range(ROUNDS):
-        dev = t - s[d] - _group_median(i, t - s[d])
-        (parts,) = _by_domain(d, n, dev)
+        (parts,) = _by_domain(d, n, t - s[d] - _group_median(i, t - s[d]))
         step = np.array([np.median(p) if len(p) else 0.0 for p in parts])
         s += step
         if np.max(np.abs(step)) < SETTLED_NS:
             break
-    return s - np.median(s)
-
-
-def _spread(dom, inst, done, use, s, n) -> np.ndarray:
-    """1.4826 x the median absolute deviation of each domain's deviations, at its estimate."""
-    out = np.zeros(n)
-    if not use.any():
-        return out
-    d, i, t = dom[use], inst[use], done[use]
     (parts,) = _by_domain(d, n, t - s[d] - _group_median(i, t - s[d]))
     for k, mine in enumerate(parts):
         if len(mine):
-            out[k] = 1.4826 * np.median(np.abs(mine - np.median(mine)))
-    return out
+            spread[k] = 1.4826 * np.median(np.abs(mine - np.median(mine)))
+    return s - np.median(s), spread
 
 
 def _bounds(dom, inst, last, done, use, s, n) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Causality's bounds on each domain's offset, the others' times corrected by ``s``: ``lo`` (its latest
     arrival minus the others' earliest done) and ``hi`` (its earliest done minus the others' latest
-    arrival), robust quantiles over its collectives, and how many collectives gave them."""
+    arrival), each its k-th tightest over its collectives (OUTLIERS), how many collectives gave them, and the
+    share of them it arrived last to."""
     lo, hi, count = np.full(n, -np.inf), np.full(n, np.inf), np.zeros(n, dtype=np.int64)
     last_share = np.ones(n)
     if not use.any():
@@ -223,12 +205,18 @@ def _bounds(dom, inst, last, done, use, s, n) -> tuple[np.ndarray, np.ndarray, n
     return lo, hi, count, last_share
 
 
+def _sorted_groups(groups: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows' order by group, then ``key``; where each group starts in it, and its size."""
+    order = np.lexsort((key, groups))
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return order, g, starts, np.diff(np.r_[starts, len(g)])
+
+
 def _group_median(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per row, the median of ``values`` over the rows of its group."""
-    order = np.lexsort((values, groups))
-    g, v = groups[order], values[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    counts = np.diff(np.r_[starts, len(g)])
+    order, _, starts, counts = _sorted_groups(groups, values)
+    v = values[order]
     median = (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
     out = np.empty(len(values))
     out[order] = np.repeat(median, counts)
@@ -237,10 +225,8 @@ def _group_median(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _others(groups: np.ndarray, values: np.ndarray, largest: bool) -> np.ndarray:
     """Per row, the largest (or smallest) of ``values`` over the *other* rows of its group."""
-    order = np.lexsort((-values if largest else values, groups))
-    g, v = groups[order], values[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    counts = np.diff(np.r_[starts, len(g)])
+    order, g, starts, counts = _sorted_groups(groups, -values if largest else values)
+    v = values[order]
     best = v[starts]
     second = np.where(counts > 1, v[np.minimum(starts + 1, len(g) - 1)], np.nan)
     first = np.zeros(len(g), dtype=bool)
