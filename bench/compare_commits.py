@@ -2,16 +2,20 @@
 """"No slower": ingest and diagnose CPU of two commits, side by side in one run.
 
     python bench/compare_commits.py BEFORE [AFTER] [--rounds 5] [--world 1024] [--ingest-world 256]
+                                    [--entries 2000] [--fault missing_last|straggler] [--no-ingest]
 
 Checks out each commit into a temporary git worktree (building its compiled
 parser in place, where it has one) and, with this checkout's Python
 environment, alternates fresh processes of the two (before, after,
 before, ...), so a busy machine slows both alike:
-  * diagnose: one ``--world``-rank attempt (bench/synth.py, 2,000 entries per
-    rank, rank 700 never joins), ingested once per commit into its own lake,
-    then ``Frlake.diagnose`` timed in a fresh process per round (wall and CPU);
+  * diagnose: one ``--world``-rank attempt (bench/synth.py, ``--entries`` per
+    rank, default 2,000; ``--fault`` missing_last: rank 700 never joins, or
+    straggler: rank 700 arrives late, the path that weighs lateness, clocks
+    and cost), ingested once per commit into its own lake, then
+    ``Frlake.diagnose`` timed in a fresh process per round (wall and CPU);
   * ingest: ``--ingest-world`` ranks, one worker, in-process (CPU of the
-    whole ingest), beside plain ``pickle.load`` of the same files.
+    whole ingest), beside plain ``pickle.load`` of the same files (not with
+    ``--no-ingest``).
 Prints the medians and the after/before ratios; writes
 bench/results/compare.json. AFTER defaults to the working tree's HEAD.
 """
@@ -81,6 +85,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--world", type=int, default=1024)
     ap.add_argument("--ingest-world", type=int, default=256)
+    ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--fault", choices=("missing_last", "straggler"), default="missing_last")
+    ap.add_argument("--no-ingest", action="store_true", help="compare the diagnosis only")
     ap.add_argument("--out", default=str(HERE / "results" / "compare.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frlake-compare-"))
@@ -98,8 +105,9 @@ def main() -> int:
         from synth import write_job
 
         big, small = work / "dumps-diagnose", work / "dumps-ingest"
-        write_job(big, args.world, 2000, job="cmp", fault="missing_last", culprit=min(700, args.world - 1))
-        write_job(small, args.ingest_world, 2000, job="cmp-ingest")
+        write_job(big, args.world, args.entries, job="cmp", fault=args.fault, culprit=min(700, args.world - 1))
+        if not args.no_ingest:
+            write_job(small, args.ingest_world, 2000, job="cmp-ingest")
         for side, tree in trees.items():
             run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "ingest", str(big))
         diag = {side: [] for side in trees}
@@ -108,11 +116,15 @@ def main() -> int:
             for side, tree in trees.items():
                 wall, cpu, verdict, rank = run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "diagnose")
                 diag[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "verdict": verdict, "rank": rank})
-                wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
-                ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
+                if not args.no_ingest:
+                    wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
+                    ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
         out = {"before": args.before, "after": args.after, "rounds": args.rounds, "world": args.world,
-               "ingest_world": args.ingest_world, "diagnose": diag, "ingest": ingest}
+               "entries": args.entries, "fault": args.fault, "ingest_world": args.ingest_world, "diagnose": diag,
+               "ingest": ingest}
         for name, runs in (("diagnose", diag), ("ingest", ingest)):
+            if not runs["before"]:
+                continue
             for key in ("wall_s", "cpu_s"):
                 b, a = (statistics.median(r[key] for r in runs[s]) for s in ("before", "after"))
                 out[f"{name}_{key}_median"] = {"before": round(b, 3), "after": round(a, 3), "ratio": round(a / b, 3)}

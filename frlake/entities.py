@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-ALGORITHM_VERSION = 9  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
+ALGORITHM_VERSION = 10  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
 # pending tails, live stacks; 4: both; 5: mtimes of copies do not confirm a hang (Timing.overdue_from); 6: a root
 # without a dump is weaker evidence, inferred hosts are marked, ranks without dumps on several hosts are suspects,
 # a rank whose ops all completed waits for no member without a dump, a dump in two hosts' folders names no host,
@@ -15,7 +15,8 @@ ALGORITHM_VERSION = 9  # 2: groups by name and members, torchcomms, suspects, st
 # inferred, pg_status-only dumps by rank-local id, names' times as intervals, a failed collective is no job at work,
 # gloo's tied roots, stragglers that cost the job a share of its time; 8: a pg_config list the dumps contradict
 # (torch 2.14 gloo's '' entry) is no group's members nor the world; dumps that record nothing are incomplete, not
-# healthy; a coalesced block is compared op by op; 9: lateness on clocks corrected for their hosts' offsets
+# healthy; a coalesced block is compared op by op; 9: lateness on clocks corrected for their hosts' offsets; 10:
+# a collective every member holds pending past its timeout is a hang (stuck), the kind of failure, a straggler's cost
 WAIT_LIST = 64  # ranks a culprit's waiting_for / waited_by name at most (``waiters`` counts them all)
 
 
@@ -57,7 +58,8 @@ class Verdict(str, Enum):
 _RULES = {
     Verdict.MISMATCH: "the members of a collective disagree on its op, sizes, dtypes or state "
                       "(when nothing says which member changed, all of them are suspects)",
-    Verdict.HANG: "ranks wait in a collective or point-to-point op for a rank that never joined",
+    Verdict.HANG: "ranks wait in a collective or point-to-point op for a rank that never joined, or every member "
+                  "of a collective holds it pending past its timeout",
     Verdict.INCOMPLETE: "some ranks of the world left no dump, and the others explain nothing",
     Verdict.STRAGGLER: "one rank is the first to arrive late again and again, beyond the attempt's own jitter",
     Verdict.HEALTHY: "none of the above",
@@ -65,6 +67,44 @@ _RULES = {
 _STYLES = {Verdict.MISMATCH: "red", Verdict.HANG: "red", Verdict.INCOMPLETE: "magenta", Verdict.STRAGGLER: "yellow",
            Verdict.HEALTHY: "green"}
 VERDICTS = tuple(v.value for v in Verdict)
+
+
+class Kind(str, Enum):
+    """What kind of failure an incident was (PyTorch's Flight Recorder write-up: most watchdog timeouts have
+    CPU-side causes; Alibaba's C4 tells communication from non-communication hangs and slowdowns). Each
+    diagnosis names one, with the evidence that decided it (Diagnosis.kind_why); frlake.diagnose.kinds."""
+
+    CPU_SIDE = "cpu_side"
+    STUCK = "stuck_in_collective"
+    MISCONFIGURED = "misconfigured"
+    SLOW = "slow"
+    UNKNOWN = "unknown"
+
+    @property
+    def label(self) -> str:
+        return _KIND_LABELS[self]
+
+    @property
+    def meaning(self) -> str:
+        return _KIND_MEANINGS[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_KIND_LABELS = {Kind.CPU_SIDE: "CPU-side", Kind.STUCK: "stuck in a collective", Kind.MISCONFIGURED: "misconfigured",
+                Kind.SLOW: "slow", Kind.UNKNOWN: "unknown"}
+_KIND_MEANINGS = {
+    Kind.CPU_SIDE: "a rank never enqueued the collective the others wait in: its host side (Python, data loading, "
+                   "a checkpoint, a dead process) stopped before it",
+    Kind.STUCK: "every member enqueued the collective and it never completed: the GPU kernel, the network or the "
+                "hardware",
+    Kind.MISCONFIGURED: "the members of a collective disagree on its op, sizes or dtypes: the code or its "
+                        "configuration differs between ranks",
+    Kind.SLOW: "the job did not stop, but a rank keeps the others waiting (a straggler)",
+    Kind.UNKNOWN: "the dumps show that something is missing, not what went wrong",
+}
+KINDS = tuple(k.value for k in Kind)
 # Every culprit reason the rules give (Culprit.reason), for filters that check what they are given.
 REASONS = ("missing", "no_dump", "type_mismatch", "size_mismatch", "dtype_mismatch", "state_mismatch", "straggler")
 INCIDENT_VERDICTS = tuple(v.value for v in Verdict if v.is_incident)
@@ -92,6 +132,9 @@ class Culprit:
     p_value: float | None = None
     effect_size: float | None = None
     step_ms: float | None = None  # the attempt's typical step: the median gap between a rank's collectives
+    # what a straggler cost the others over the dumps' window: {"collectives", "window_ms", "wait_ms",
+    # "rank_wait_ms", "steps", "wait_per_step_ms", "mean_step_ms", "step_without_ms"} (straggler.cost)
+    cost: dict | None = None
     waiters: int | None = None  # ranks that wait for it, directly or through others
     # whom it waits for and who waits for it directly, [{"rank", "host"}] (at most WAIT_LIST each)
     waiting_for: list[dict] | None = None
@@ -105,6 +148,9 @@ class Culprit:
     # how strong: None (direct), or weaker: "pending_tail", "unnamed_peer", "no_dump", "pg_status" (docs/diagnose.md)
     evidence: str | None = None
     host_inferred: bool | None = None  # True: no file of this rank names its host, its neighbours' placement does
+    # how strong that placement is: "strong" (most of its block dumped from that host, and other hosts' blocks
+    # are whole) or "weak" (analyze._hosts_with_inferred); the causes report may call such a host, at low confidence
+    host_placement: str | None = None
     hosts_claimed: list[str] | None = None  # its dump's bytes are in these hosts' folders: host is None
     live_stack: dict | None = None  # its newest live stack from the debug server: source, thread, frames, ...
 
@@ -147,6 +193,12 @@ class Diagnosis:
     world_inferred: list[str] = field(default_factory=list)
     # the hosts' clock offsets estimated from the dumps (frlake.diagnose.clocks), where lateness was weighed
     clocks: dict = field(default_factory=dict)
+    # what kind of failure it was (Kind, None when healthy) and the evidence that decided it, in one sentence
+    kind: str | None = None
+    kind_why: str | None = None
+    # a hang where every member of a collective holds it pending past its timeout and none is missing:
+    # {"pg", "pg_desc", "seq", "op", "ranks", "members", "pending_s", "timeout_s"} (hang.stuck)
+    stuck: dict | None = None
     algorithm_version: int = ALGORITHM_VERSION
     seconds: float = 0.0
 

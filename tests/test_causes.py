@@ -96,7 +96,9 @@ def test_a_host_that_was_root_cause_only_once_before_is_not_host(host_history):
         calls = _calls(fl)
     second = calls[("job-two", 0)]
     assert second["host_incidents"] == 1 and second["call"] == "unclear", second
-    assert "neither" in second["why"]
+    # the reason that decided it comes first
+    assert second["why"].startswith("unclear: host-bad's record is too short to blame it (root cause in 1 of the 2 "
+                                    "earlier attempt(s) it ran"), second["why"]
 
 
 def test_a_first_incident_with_no_history_is_unclear(host_history):
@@ -144,6 +146,40 @@ def test_a_host_only_inferred_from_placement_is_never_called_host(tmp_path):
         assert third["host_incidents"] == 0 and third["call"] != "host"
         assert "inferred from where the ranks beside it ran" in third["why"]
         assert fl.cause("job-three", 0).host.inferred
+
+
+def _placed_history(tmp_path: Path, third_hosts: list[str]) -> dict:
+    """host-bad named as the root cause in two jobs at two stacks (its rank 1 dumped), then a third job whose
+    rank 1 crashed without a dump on ``third_hosts``' layout: the third's call."""
+    fill = [f"fill-{h}" for h in "abcd"]
+    attempts = [Attempt("job-one", 0, _at(10), ["host-bad"] * 2 + fill[:2], missing=[1]),
+                Attempt("job-two", 0, _at(20), ["host-bad"] * 2 + fill[2:], missing=[1]),
+                Attempt("job-three", 0, _at(30), third_hosts, missing=[1], crashed=[1])]
+    stacks = {(a.job, 0): f"forward_{i}" for i, a in enumerate(attempts)}
+    with Frlake.open(tmp_path / "lake") as fl:
+        fl.ingest([_history(tmp_path / "dumps", attempts, stacks)])
+        return _calls(fl)[("job-three", 0)]
+
+
+def test_a_host_strongly_placed_with_a_strong_record_is_called_host_at_low_confidence(tmp_path):
+    """Rank 1 left no dump, but its three siblings dumped from host-bad (blocks of 4, two other hosts' blocks
+    whole): the placement is strong, host-bad's own record is strong, so the call is host, at low confidence,
+    and the why opens with that."""
+    third = _placed_history(tmp_path, ["host-bad"] * 4 + ["fill-x"] * 4 + ["fill-y"] * 4)
+    assert third["culprit_host"] == "host-bad" and third["culprit_host_inferred"] and third["culprit_host_placed"]
+    assert (third["call"], third["confidence"]) == ("host", "low"), third
+    assert third["why"].startswith("host, at low confidence: host-bad's own record is strong (root cause in 2 of"), third
+    assert "a strong placement" in third["why"]
+
+
+def test_a_host_weakly_placed_is_not_called_and_the_why_says_so_first(tmp_path):
+    """The same history, but rank 1's block has one sibling: a weak placement; host-bad's record is as
+    strong, and the call is unclear for that reason, said first."""
+    third = _placed_history(tmp_path, ["host-bad", "host-bad", "fill-x", "fill-x"])
+    assert third["culprit_host_inferred"] and not third["culprit_host_placed"]
+    assert third["call"] == "unclear", third
+    assert third["why"].startswith("unclear: host-bad's record is strong (root cause in 2 of"), third["why"]
+    assert "inferred from a weak placement" in third["why"].split(". Evidence")[0]
 
 
 def test_the_calls_do_not_depend_on_the_order_of_ingestion(code_history, tmp_path):

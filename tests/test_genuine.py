@@ -29,6 +29,11 @@ TRUTHS = {v: json.loads((d / "truth.json").read_text()) for v, d in VERSIONS.ite
 TRUTH = TRUTHS["2.13.0"]
 CASES = sorted({t["case"] for t in TRUTH})
 EVERY = [(v, t) for v, truths in TRUTHS.items() for t in truths]
+# the kind of failure each case's fault is (frlake.entities.Kind): a rank that died, skipped a collective or
+# sent another size; a rank that sleeps before its collectives
+KIND = {"dead_rank": "cpu_side", "pg_status_only": "cpu_side", "snapshots": "cpu_side", "pipeline_p2p": "cpu_side",
+        "coalesced_mismatch": "misconfigured", "op_names": "misconfigured", "bystander_abort": "misconfigured",
+        "straggler": "slow"}
 
 
 def _lay_out(case: str, dst: Path, version: str = "2.13.0") -> Path:
@@ -79,6 +84,12 @@ def _check(t: dict, d: dict, version: str = "2.13.0") -> None:
         assert others == set(t["suspects"]) - {t["root_cause"]}, what
     if t["world"] > len(d["ranks_dumped"]):
         assert d["world_inferred"] or t["no_dump"] == [], what  # how the world was found is said
+    # the kind, and why: the sentence opens with the rank whose evidence decided it
+    assert d["kind"] == (None if t["expected_verdict"] == "healthy" else KIND[t["case"]]), what
+    if d["kind"] is not None:
+        named = t["root_cause"] if t["root_cause"] is not None else culprits[0]["rank"]
+        assert d["kind_why"].startswith(f"rank {named} "), (what, d["kind_why"])
+        assert ("a suspect, not a proven cause" in d["kind_why"]) == (t["root_cause"] is None), what
 
 
 @pytest.mark.slow

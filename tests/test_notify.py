@@ -58,7 +58,9 @@ def test_a_new_hang_is_posted_once_with_its_root_cause_link_and_signature(fl, tm
     assert m["summary"] == fl.catalog.diagnoses.get("job-223715", 0).summary
     assert m["url"] == "https://frlake.example.com/jobs/job-223715/attempts/0"
     assert m["drain"]["host"] == "gpu-b03" and m["drain"]["action"] in ("ok", "suspect", "avoid", "exclude")
-    assert m["text"].startswith("*frlake: hang* in <https://frlake.example.com/jobs/job-223715/attempts/0|")
+    assert m["text"].startswith("*frlake: hang (CPU-side)* in <https://frlake.example.com/jobs/job-223715/attempts/0|")
+    # the kind of failure and its evidence: rank 1 never enqueued the all_gather its tp peer waits in
+    assert m["kind"] == "cpu_side" and m["kind_why"].startswith("rank 1 never enqueued seq 4 of tp 1")
     # host or code?: the first incident of a lake has no history to judge from
     assert m["cause"] == fl.cause("job-223715", 0).to_dict()
     assert (m["cause"]["call"], m["cause"]["label"]) == ("unclear", "judgement from history")

@@ -152,7 +152,7 @@ def _save_many(s: Session, items: Sequence[tuple[Diagnosis, int]], now) -> list[
     made = s.execute(insert(IncidentRow).returning(IncidentRow.id, IncidentRow.attempt_id), [
         dict(attempt_id=attempt_id, verdict=diag.verdict.value, summary=diag.summary, world_size=diag.world_size,
              n_dumps=len(diag.ranks_dumped), algorithm_version=diag.algorithm_version, diagnosed_at=now,
-             report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision)
+             report=json.dumps(diag.to_dict(), default=str), attempt_revision=revision, kind=diag.kind)
         for attempt_id, diag, revision in kept]).all()
     incident_of = {attempt_id: incident_id for incident_id, attempt_id in made}
     culprits = [_culprit_row(incident_of[attempt_id], i, c) for attempt_id, diag, _ in kept
@@ -170,4 +170,6 @@ def _culprit_row(incident_id: int, position: int, c) -> dict:
     return dict(incident_id=incident_id, position=position, rank=c.rank, host=c.host, reason=c.reason, role=c.role,
                 pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op, lateness_ms=c.lateness_ms,
                 stack_signature=stack_signature(c.stack), stall_signature=stall_signature(c.stack),
-                top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred)
+                top_frame=top_frame(c.stack), evidence=c.evidence, host_inferred=c.host_inferred,
+                host_placement=c.host_placement,
+                **{k: (c.cost or {}).get(k) for k in ("wait_ms", "wait_per_step_ms", "step_without_ms")})

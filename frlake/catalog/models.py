@@ -179,6 +179,7 @@ class IncidentRow(Base):
     diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)  # Catalog.version
     report: Mapped[str] = mapped_column(Text)  # the full diagnosis as JSON
     attempt_revision: Mapped[int] = mapped_column(BigInteger, server_default="0")  # the revision it saw
+    kind: Mapped[str | None] = mapped_column(String(24), index=True)  # entities.Kind; NULL: healthy (0017)
 
 
 class StackId(Base):
@@ -207,6 +208,12 @@ class CulpritRow(Base):
     top_frame: Mapped[str | None] = mapped_column(Text)
     evidence: Mapped[str | None] = mapped_column(String(32))  # NULL: direct; pending_tail, unnamed_peer, no_dump
     host_inferred: Mapped[bool | None] = mapped_column(Boolean)  # no file of the rank names its host
+    # a straggler's cost (Culprit.cost, 0017): the others' wait over the dumps' window, per step, and the step
+    # the job would take without it
+    wait_ms: Mapped[float | None] = mapped_column(Float)
+    wait_per_step_ms: Mapped[float | None] = mapped_column(Float)
+    step_without_ms: Mapped[float | None] = mapped_column(Float)
+    host_placement: Mapped[str | None] = mapped_column(String(8))  # an inferred host's: strong | weak (0017)
 
 
 class RankStat(Base):

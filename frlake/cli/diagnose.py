@@ -20,6 +20,7 @@ from frlake.cli._common import (
     print_detail,
 )
 from frlake.diagnose.words import detail_text, role_text, stack_label, waiting_text, weaker_text
+from frlake.entities import Kind
 
 if TYPE_CHECKING:
     from frlake.entities import Diagnosis
@@ -119,6 +120,8 @@ def render_report(diag: Diagnosis) -> None:
                   highlight=False)
     for line in diag.world_inferred:
         print_detail(line, lead="world inferred: ", lead_style="yellow")
+    if diag.kind is not None:
+        print_detail(diag.kind_why or "", lead=f"kind: {Kind(diag.kind).label}: ", lead_style="bold")
     if diag.waiting_for_dumps:
         console.print("Waiting for more dumps: ingest the other ranks' dumps, or run "
                       f"`frlake diagnose {diag.job} --attempt {diag.attempt} --complete` if no more will come.",
@@ -127,7 +130,8 @@ def render_report(diag: Diagnosis) -> None:
     if root is None:
         return
     title = "Suspect (not a proven cause)" if root.role == "suspect" else "Root cause"
-    inferred = (" (host inferred from the ranks beside it)" if root.host_inferred else
+    inferred = (f" (host inferred from the ranks beside it: a {root.host_placement or 'weak'} placement)"
+                if root.host_inferred else
                 f" (its dump is in the folders of {', '.join(root.hosts_claimed)})" if root.hosts_claimed else "")
     console.print(f"\n[bold]{title}[/]: rank {root.rank} on [bold]{escape(root.host or 'an unknown host')}[/]{inferred} "
                   f"({root.reason})", highlight=False)

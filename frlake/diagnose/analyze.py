@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import duckdb
 
-from frlake.diagnose import clocks, hang, mismatch, straggler
+from frlake.diagnose import clocks, hang, kinds, mismatch, straggler
 from frlake.diagnose.evidence import BatchReads, Evidence, live_stacks, load
-from frlake.diagnose.words import host_words, ranks_text
+from frlake.diagnose.words import host_words, ranks_text, seconds_text
 from frlake.entities import WAIT_LIST, Culprit, Diagnosis, Verdict
 from frlake.query.vocabulary import stacks
 
@@ -61,6 +61,9 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
         mismatches = mismatch.states(con, ev)  # the weakest evidence: only when nothing else explains the attempt
     slow = None
     if not mismatches and not stalled:
+        # every member holds one collective pending past its timeout and none is missing: stuck inside it
+        diag.stuck = hang.stuck(ev)
+    if not mismatches and not stalled and diag.stuck is None:
         # lateness only means something in an attempt that did not hang
         slow, lateness, skew = straggler.analyze(con, ev)
         if skew is not None and skew.offsets:
@@ -85,6 +88,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
         diag.verdict = Verdict.HANG
         tied = tuple(s.rank for s in stalls if s.role == "suspect" and s.evidence == "no_dump")
         diag.culprits = [_stall_culprit(s, ev, hosts, stack_of_last, tied=tied) for s in stalls]
+    elif diag.stuck is not None:
+        diag.verdict = Verdict.HANG  # no rank is named: the collective is the finding
     elif missing_dump:
         diag.verdict = Verdict.INCOMPLETE
         # nothing shows that anything went wrong: a rank is named only because its dump is missing
@@ -98,13 +103,14 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
                                  pg=ev.name(slow.pg), pg_ranks=_split_members(ev, slow.pg), pg_desc=slow.pg_desc,
                                  seq=slow.seq, op=slow.op, lateness_ms=slow.lateness_ms, p_value=slow.p_value,
                                  effect_size=slow.effect_size, step_ms=slow.step_ms, stack_id=slow.stack_id,
+                                 cost=slow.cost,
                                  detail=f"first to arrive late in {slow.root_events} of {slow.total_root_events} "
                                         f"unexplained late arrivals (p = {slow.p_value:.2g} that jitter alone does "
                                         f"this; {slow.effect_size:g} robust sd above the other ranks); its "
                                         f"lateness adds up to {slow.share:.0%} of the time the collectives span")]
     for c in diag.culprits:
         if c.rank in inferred:
-            c.host_inferred = True
+            c.host_inferred, c.host_placement = True, inferred[c.rank]
         if c.rank in claimed:
             c.hosts_claimed = claimed[c.rank]
             c.detail = ((c.detail + "; ") if c.detail else "") + (
@@ -122,6 +128,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
         diag.verdict, diag.culprits, diag.waiting_for_dumps = Verdict.INCOMPLETE, [], True
     _attach_stacks(con, diag, batch)
     _attach_live_stacks(con, diag, batch)
+    kind, diag.kind_why = kinds.kind_of(diag, ev)
+    diag.kind = kind.value if kind is not None else None
     diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
@@ -278,23 +286,29 @@ def _attach_stacks(con: duckdb.DuckDBPyConnection, diag: Diagnosis, batch: Batch
         c.stack = frames.get(c.stack_id) if c.stack_id is not None else None
 
 
-def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str], set[int]]:
+def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str], dict[int, str]]:
     """Hosts of dumped ranks; for a rank without a dump, the host of its block
     of consecutive ranks, when the dumps show such blocks. Returns the hosts
-    and the ranks whose host is so inferred (no file of theirs names it).
+    and the ranks whose host is so inferred (no file of theirs names it), each
+    with how strong its placement is (``strong`` or ``weak``).
 
     A launcher such as torchrun gives each node ``nproc_per_node`` consecutive
     ranks. The block size is the smallest, from the most ranks any host
     dumped, that holds: every host's ranks in one block, no two hosts in one
     block. With one rank dumped per host, or ranks dealt round-robin, nothing
     is inferred: a guess would name a healthy host. ``unsure``: ranks whose
-    dump is in several hosts' folders; they get no host and show no block."""
+    dump is in several hosts' folders; they get no host and show no block.
+
+    A placement is ``strong`` when at least half of the rank's block (and two
+    ranks) dumped from that one host, and at least two other hosts' blocks
+    are whole (every rank of the block dumped, from one host): the layout is
+    seen in full elsewhere and the block's own ranks agree. Else ``weak``."""
     hosts = {r: h for r, h in ev.hosts.items() if r not in unsure}
     for r, h in ev.live_hosts.items():  # the debug server's rank -> host map (its stacks files' headers)
         hosts.setdefault(r, h)
     missing = [r for r in ev.world if r not in hosts and r not in unsure]
     if not missing:
-        return hosts, set()
+        return hosts, {}
     span: dict[str, tuple[int, int, int]] = {}  # host -> (lowest rank, highest rank, ranks)
     for r, h in ev.hosts.items():  # the dumped ranks, as their dumps place them
         if r in unsure:
@@ -303,7 +317,7 @@ def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str]
         span[h] = (min(lo, r), max(hi, r), n + 1)
     most = max((n for _, _, n in span.values()), default=0)
     if most < 2:
-        return hosts, set()
+        return hosts, {}
     for size in range(most, min(len(ev.world), _MAX_RANKS_PER_HOST) + 1):
         block_of: dict[int, str] = {}
         for h, (lo, hi, _) in span.items():
@@ -311,11 +325,17 @@ def _hosts_with_inferred(ev: Evidence, unsure: set[int]) -> tuple[dict[int, str]
                 break
             block_of[lo // size] = h
         else:
-            inferred = {r for r in missing if r // size in block_of}
-            for r in inferred:
-                hosts[r] = block_of[r // size]
+            whole = {h for h, (_, _, n) in span.items() if n == size}
+            inferred = {}
+            for r in missing:
+                h = block_of.get(r // size)
+                if h is not None:
+                    hosts[r] = h
+                    siblings = span[h][2]
+                    strong = siblings >= max(2, size / 2) and len(whole - {h}) >= 2
+                    inferred[r] = "strong" if strong else "weak"
             return hosts, inferred
-    return hosts, set()
+    return hosts, {}
 
 
 _MAX_RANKS_PER_HOST = 1024  # no block of ranks larger is looked for
@@ -350,6 +370,12 @@ def summary_sentence(d: Diagnosis) -> str:
         missing = f"; no dump from rank(s) {ranks_text(d.ranks_missing_dump)}" if d.ranks_missing_dump else ""
         return (f"{d.job} attempt {d.attempt}: incomplete: the {len(d.ranks_dumped)} dumps record no collective "
                 f"(empty Flight Recorder buffers), so the data cannot tell whether it hung{missing}.")
+    if d.stuck is not None:
+        s = d.stuck
+        return (f"{d.job} attempt {d.attempt}: hang in {s['pg_desc'] or 'pg'} {s['pg']} at seq {s['seq']} "
+                f"({s['op']}): all {s['members']} members enqueued it and none completed it{kinds.pending_words(s)}; "
+                "stuck inside the collective (GPU kernel, network or hardware): no rank is missing, so the dumps "
+                "name none.")
     if root is None:
         return f"{d.job} attempt {d.attempt}: {d.verdict}."
     op = f" ({root.op})" if root.op else ""
@@ -392,11 +418,22 @@ def summary_sentence(d: Diagnosis) -> str:
                     f"the first unfinished collectives had all their members).")
         return f"{d.job} attempt {d.attempt}: hang{where}: rank {root.rank} on {host} never joined; {root.waiters} rank(s) wait for it."
     if d.verdict is Verdict.STRAGGLER:
-        step = f" of a {root.step_ms:.0f} ms step" if root.step_ms else ""
         return (f"{d.job} attempt {d.attempt}: straggler: rank {root.rank} on {host} arrives "
-                f"{root.lateness_ms:.1f} ms late to collectives{step}, first in the chain "
-                f"(p = {root.p_value:.2g}, {root.effect_size:g} sd above the others' jitter).")
+                f"{root.lateness_ms:.1f} ms late to collectives, first in the chain "
+                f"(p = {root.p_value:.2g}, {root.effect_size:g} sd above the others' jitter){cost_words(root.cost, root.step_ms)}.")
     return f"{d.job} attempt {d.attempt}: incomplete: no dump from rank(s) {', '.join(map(str, d.ranks_missing_dump))}."
+
+
+def cost_words(cost: dict | None, step_ms: float | None) -> str:
+    """What a straggler cost, as the summary says it."""
+    if not cost or not cost.get("wait_ms"):
+        return ""
+    total = f"{seconds_text(cost['wait_ms'] / 1e3)} in all over {seconds_text(cost['window_ms'] / 1e3)}"
+    if cost.get("wait_per_step_ms") is None:
+        return f"; the others waited for it {total}"
+    step = f"its {step_ms:.1f} ms step" if step_ms else "a step"
+    return (f"; the others waited for it {cost['wait_per_step_ms']:.1f} ms a step ({total}): without it "
+            f"{step} would take about {cost['step_without_ms']:.1f} ms")
 
 
 def _no_dump_summary(d: Diagnosis, where: str) -> str:

@@ -193,6 +193,32 @@ def pending_tail(ev: Evidence) -> list[Stall]:
     return sorted(found.values(), key=lambda s: (-s.waiters, s.rank))
 
 
+def stuck(ev: Evidence) -> dict | None:
+    """A hang in which no rank waits for another: every member of a group holds the same collective pending
+    (not completed by its state, nor by gloo's pg_status counter), at least one of them past its timeout
+    when its dump was written (``Timing.confirmed``). Everyone enqueued it and it never completed: the GPU
+    kernel, the network or the hardware, not a rank that stopped before it. The dumps name no rank: the
+    collective is the finding. The largest such group, then the one most of its members hold as their first
+    unfinished collective, then the group's name."""
+    if not ev.timing.confirmed:
+        return None
+    overdue = set(ev.timing.overdue)
+    found = []
+    for pg, tail in ev.pending_tail.items():
+        members = ev.members.get(pg, [])
+        if len(members) < 2 or set(tail.waiting) != set(members) or not overdue & set(members):
+            continue
+        if any(m not in ev.hosts or ev.last_seq.get((m, pg), -1) < tail.seq for m in members):
+            continue
+        at = sum(1 for m in members if (ev.last[m].pg, ev.last[m].seq) == (pg, tail.seq))  # its first unfinished
+        found.append((-len(members), -at, ev.name(pg) or "", pg, tail))
+    if not found:
+        return None
+    *_, pg, tail = min(found)
+    return {"pg": ev.name(pg), "pg_desc": tail.pg_desc, "seq": tail.seq, "op": tail.op, "members": len(ev.members[pg]),
+            "pending_s": ev.timing.overdue_s, "timeout_s": ev.timing.timeout_s}
+
+
 TIE_NS = 10_000_000  # 10 ms: last entries closer than this tell nothing of who stopped first
 
 

@@ -79,6 +79,7 @@ class Straggler:
     effect_size: float = 0.0
     step_ms: float | None = None
     share: float = 0.0  # its unexplained lateness, added up, over the time the attempt's collectives span
+    cost: dict | None = None  # what it cost the others (cost())
 
 
 TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplained late arrivals
@@ -210,10 +211,75 @@ def _judge(con: duckdb.DuckDBPyConnection, stats: dict[int, RankLateness], event
     if p_value > MAX_P_VALUE or effect < MIN_EFFECT or share < MIN_SHARE:
         return None, notable  # one rank holds the most late arrivals, but jitter explains them as well
     first = rows[0]
+    step_ms, starts = _steps(con, first[3], table)
     straggler = Straggler(rank, stats[rank].root_late_ms, len(rows), total, first[3], first[4], first[5], first[6],
-                          first[7], p_value=float(f"{p_value:.3g}"), effect_size=round(effect, 1),
-                          step_ms=_step_ms(con, first[3], table), share=round(share, 3))
+                          first[7], p_value=float(f"{p_value:.3g}"), effect_size=round(effect, 1), step_ms=step_ms,
+                          share=round(share, 3), cost=cost(con, rank, table, threshold(stats), span, starts))
     return straggler, notable
+
+
+# Each collective the straggler held up: the ones it arrived at last, late ($threshold), with when the latest of
+# the others arrived there and their waits for it, added up.
+_HELD = """
+    SELECT s.t, s.t - (s.late - max(o.late)) AS since, sum(s.late - o.late) AS waited
+    FROM {late} s JOIN {late} o ON o.pg_name = s.pg_name AND o.seq = s.seq AND o.rank <> s.rank
+    WHERE s.rank = $rank AND s.last AND s.late > $threshold
+    GROUP BY s.t, s.late, s.pg_name, s.seq ORDER BY since, s.t
+"""
+
+
+def cost(con: duckdb.DuckDBPyConnection, rank: int, table: str, late_ns: float, span: int,
+         step_starts: list[int]) -> dict:
+    """What the straggler ``rank`` cost the others over the dumps' window (``span`` ns, the first call to the
+    last), from the collectives it held up (those it came to last, later than ``late_ns``): each was held from
+    the arrival of the latest of the others to its own.
+
+    - ``wait_ms``: the time those holds cover (their union: a rank that sleeps before each of a step's
+      three collectives holds them one after the other, or at once, and the job loses that time once): the
+      time the job lost to it where the collectives are on its critical path (a training step's are);
+    - ``rank_wait_ms``: each other member's wait for it, added up over the members (idle accelerator time);
+    - ``steps``: the calls of its group's busiest call site (``step_starts``, a training loop calls each
+      site once a step); ``wait_per_step_ms``: the holds within the steps, over the steps;
+    - ``step_without_ms``: the median over the steps of each step less the holds within it: the step the job
+      would take without it (an estimate: it assumes nothing else would have held those steps)."""
+    rows = con.execute(_HELD.format(late=table), {"rank": rank, "threshold": late_ns}).fetchall()
+    merged: list[list[int]] = []
+    for t, since, _ in rows:
+        if merged and since <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([since, t])
+    held = min(sum(b - a for a, b in merged), span)
+    out = {"collectives": len(rows), "window_ms": round(span / 1e6, 3), "wait_ms": round(held / 1e6, 3),
+           "rank_wait_ms": round(sum(float(w) for *_, w in rows) / 1e6, 3), "steps": len(step_starts) or None}
+    if len(step_starts) > 1:
+        steps = list(zip(step_starts, step_starts[1:]))
+        within = [_overlap(merged, a, b) for a, b in steps]
+        out.update(wait_per_step_ms=round(sum(within) / len(steps) / 1e6, 3),
+                   step_without_ms=round(statistics.median(b - a - w for (a, b), w in zip(steps, within)) / 1e6, 3))
+    return out
+
+
+def _overlap(merged: list[list[int]], a: int, b: int) -> int:
+    """How much of [a, b) the sorted, disjoint intervals ``merged`` cover."""
+    covered = 0
+    for lo, hi in merged[_first_ending_after(merged, a):]:
+        if lo >= b:
+            break
+        covered += max(0, min(hi, b) - max(lo, a))
+    return covered
+
+
+def _first_ending_after(merged: list[list[int]], a: int) -> int:
+    """The first of the sorted, disjoint intervals that ends after ``a`` (a binary search)."""
+    lo, hi = 0, len(merged)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if merged[mid][1] <= a:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _robust(values: list[int]) -> tuple[float, float]:
@@ -232,18 +298,21 @@ def _others_lateness(con: duckdb.DuckDBPyConnection, rank: int, late: str) -> tu
     return float(median or 0.0), 1.4826 * float(mad or 0.0)
 
 
-def _step_ms(con: duckdb.DuckDBPyConnection, pg: str | None, late: str) -> float | None:
+def _steps(con: duckdb.DuckDBPyConnection, pg: str | None, late: str) -> tuple[float | None, list[int]]:
     """The attempt's step, seen from the straggler's group: the median gap between consecutive calls of one
-    collective from one call site (a training loop calls each site once a step)."""
-    gap = con.execute(
-        f"""SELECT median(t0 - prev) / 1e6 FROM (
-             SELECT t0, lag(t0) OVER (PARTITION BY site ORDER BY seq) AS prev FROM (
-               SELECT seq, min(t) AS t0, min(op) || ':' || coalesce(min(stack_id)::VARCHAR, '') AS site
-               FROM {late} WHERE pg_name = $pg GROUP BY seq))
-           WHERE prev IS NOT NULL""",
+    collective from one call site (a training loop calls each site once a step), and when each step began
+    (the first member's arrival at each call of the group's busiest site)."""
+    rows = con.execute(
+        f"""WITH c AS (SELECT seq, min(t) AS t0, min(op) || ':' || coalesce(min(stack_id)::VARCHAR, '') AS site
+                       FROM {late} WHERE pg_name = $pg GROUP BY seq),
+                g AS (SELECT t0, site, t0 - lag(t0) OVER (PARTITION BY site ORDER BY seq) AS gap,
+                             count(*) OVER (PARTITION BY site) AS calls FROM c)
+           SELECT (SELECT median(gap) / 1e6 FROM g), t0 FROM g
+           WHERE site = (SELECT site FROM g ORDER BY calls DESC, site LIMIT 1) ORDER BY t0""",
         {"pg": pg},
-    ).fetchone()[0]
-    return None if gap is None else round(float(gap), 3)
+    ).fetchall()
+    gap = rows[0][0] if rows else None
+    return (None if gap is None else round(float(gap), 3)), [t for _, t in rows]
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:

@@ -39,6 +39,9 @@ class Timing:
     # a collective some rank counts as completed that a member never enqueued: it failed (gloo counts a timed-out
     # or broken op as completed), so the job is not at work whatever the times say: {"pg", "seq"} or None
     failed: dict | None = None
+    # the longest any overdue rank had held a collective pending when its dump was written, and its timeout (s)
+    overdue_s: float | None = None
+    timeout_s: float | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -48,6 +51,7 @@ class Timing:
     def to_dict(self) -> dict:
         return {"overdue_ranks": self.overdue, "in_flight": self.in_flight, "ranks_with_pending": self.pending_ranks,
                 "dump_time_from": self.written_from, "overdue_from": self.overdue_from,
+                **({"overdue_s": self.overdue_s, "timeout_s": self.timeout_s} if self.overdue_s is not None else {}),
                 **({"failed_collective": self.failed} if self.failed else {})}
 
 
@@ -87,9 +91,12 @@ def read_timing(con, params, rel: Relations, members: dict[str, set[int]],
     # and no collective failed: a job whose collective broke is not at work, however young its pending ones
     failed = failed_collective(con, params, rel, members, last_seq) if in_flight else None
     sources = [r[7] for r in overdue]
+    aged = [(w - o, t) for _, _, o, t, w, *_ in overdue if w is not None and o is not None]
+    age, timeout = max(aged, default=(None, None), key=lambda a: a[0])
     return Timing([r[0] for r in overdue], in_flight and failed is None, len(pending),
                   sorted({r[6] for r in rows if r[6]}), min(sources, key=OVERDUE_FROM.index) if sources else None,
-                  failed)
+                  failed, None if age is None else round(age / 1e9, 3),
+                  None if timeout is None else round(timeout / 1e3, 3))
 
 
 def failed_collective(con, params, rel: Relations, members: dict[str, set[int]],

@@ -36,6 +36,19 @@ def hosts_text(hosts, most: int = 6) -> str:
     return ", ".join(hosts[:most]) + (f" ... ({len(hosts)} hosts)" if len(hosts) > most else "")
 
 
+def seconds_text(seconds: float) -> str:
+    """A span of time as a reader says it: 850 ms, 12.5 s, 15 min 0 s, 2 h 5 min."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
 def ranks_text(ranks, most: int = 24) -> str:
     """Ranks, sorted, with each run of three or more consecutive ones as "first-last": 0-7, 9, 12 (16,383
     ranks waiting at a hang read as "0-11999, 12001-16383"); past ``most`` pieces, how many ranks in all."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from frlake.entities import Culprit, Diagnosis
+from frlake.entities import Culprit, Diagnosis, Kind
 
 
 def root_cause(diagnosis: Diagnosis) -> Culprit | None:
@@ -55,6 +55,8 @@ def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = Non
         "attempt": diagnosis.attempt,
         "revision": revision,
         "verdict": verdict,
+        "kind": diagnosis.kind,
+        "kind_why": diagnosis.kind_why,
         "root_cause": None if c is None else {
             "rank": c.rank, "host": c.host, "host_inferred": bool(c.host_inferred), "group": c.pg,
             "group_desc": c.pg_desc, "seq": c.seq, "op": c.op, "reason": c.reason, "role": c.role},
@@ -74,7 +76,8 @@ def _text(body: dict) -> str:
     title = f"<{body['url']}|{where}>" if body["url"] else where
     lead = "frlake update" if body["event"] == "update" else "frlake"
     summary = body["summary"].removeprefix(f"{where}: ")  # the summary opens with the same words
-    lines = [f"*{lead}: {body['verdict']}* in {title}: {summary}"]
+    kind = f" ({Kind(body['kind']).label})" if body["kind"] else ""
+    lines = [f"*{lead}: {body['verdict']}{kind}* in {title}: {summary}"]
     if body["changed"]:
         lines.append("changed: " + "; ".join(f"{k.replace('_', ' ')} {v['was'] or 'none'} -> {v['now'] or 'none'}"
                                               for k, v in body["changed"].items()))

@@ -67,8 +67,8 @@ def _ingest_runs() -> Select:
 
 def _incidents() -> Select:
     return select(
-        Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, IncidentRow.summary,
-        IncidentRow.world_size, IncidentRow.n_dumps, Attempt.started_ns, Attempt.ended_ns,
+        Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, IncidentRow.kind,
+        IncidentRow.summary, IncidentRow.world_size, IncidentRow.n_dumps, Attempt.started_ns, Attempt.ended_ns,
         IncidentRow.algorithm_version, IncidentRow.diagnosed_at,
     ).join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
 
@@ -78,8 +78,9 @@ def _culprits() -> Select:
         Job.name.label("job"), Attempt.number.label("attempt"), IncidentRow.verdict, CulpritRow.position,
         CulpritRow.rank, CulpritRow.host, CulpritRow.reason, CulpritRow.role, CulpritRow.pg, CulpritRow.pg_desc,
         CulpritRow.seq, CulpritRow.op, CulpritRow.lateness_ms, CulpritRow.stack_signature, CulpritRow.stall_signature,
-        CulpritRow.top_frame, CulpritRow.evidence, CulpritRow.host_inferred,
-        Attempt.started_ns,
+        CulpritRow.top_frame, CulpritRow.evidence, CulpritRow.host_inferred, CulpritRow.host_placement,
+        CulpritRow.wait_ms,
+        CulpritRow.wait_per_step_ms, CulpritRow.step_without_ms, Attempt.started_ns,
     ).join(IncidentRow, IncidentRow.id == CulpritRow.incident_id).join(
         Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
 

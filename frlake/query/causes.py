@@ -24,7 +24,9 @@ conservative:
   in at least 2 jobs or at 2 different stalls, with a rate whose 95% Wilson
   lower bound is above the fleet's, and the same rank of the job was not the
   root cause on 2 or more other hosts; a host inferred from placement (the
-  rank left no file naming it) is never called, nor counted in a record;
+  rank left no file naming it) is called only when its placement is strong
+  (``culprits.host_placement``), at low confidence, and never counted in a
+  record;
 - ``code`` when the same stall stopped attempts with root causes on at
   least 2 other hosts before, or one of this job's earlier attempts stopped
   there on another host; and the host has no record of its own (not 2
@@ -85,6 +87,7 @@ CAUSE_CTES = f"""
              coalesce(c.stall_signature, c.stack_signature) AS signature,
              c.verdict || ':' || coalesce(c.stall_signature, c.stack_signature) AS sig,  -- a hang or mismatch there
              coalesce(c.host_inferred, false) AS inferred,
+             coalesce(c.host_inferred, false) AND coalesce(c.host_placement, '') = 'strong' AS placed,
              CASE WHEN c.role = 'root' AND c.host IS NOT NULL AND NOT coalesce(c.host_inferred, false)
                        AND c.verdict IN ({_BLAMED}) THEN 1 ELSE 0 END AS blamed,
              CASE WHEN c.role = 'root' AND c.verdict IN ({_STALLS}) THEN 1 ELSE 0 END AS stalled
@@ -174,6 +177,7 @@ CAUSE_CTES = f"""
     ),
     cz_figures AS (
       SELECT f.job, f.attempt, f.started_ns, f.verdict, f.rank AS culprit_rank, f.host AS culprit_host, f.inferred,
+             f.placed,
              f.role AS culprit_role, f.reason, f.signature AS stall_signature, f.top_frame,
              coalesce(h.host_attempts, 0) AS host_attempts, coalesce(h.host_incidents, 0) AS host_incidents,
              coalesce(h.host_jobs, 0) AS host_jobs, coalesce(h.host_stalls, 0) AS host_stalls,
@@ -216,7 +220,7 @@ CAUSE_CTES = f"""
       FROM (
         SELECT *,
                CASE WHEN host_record = 1 AND host_rate_low > fleet_rate AND rank_elsewhere < {RANK_ELSEWHERE}
-                         AND NOT inferred THEN 1 ELSE 0 END AS host_strong,
+                         AND (NOT inferred OR placed) THEN 1 ELSE 0 END AS host_strong,
                CASE WHEN (stall_other_hosts >= {CODE_MIN_HOSTS} OR job_stall_elsewhere >= 1)
                          AND NOT (host_incidents >= {HOST_MIN_INCIDENTS} AND host_rate_low > fleet_rate)
                     THEN 1 ELSE 0 END AS code_strong
@@ -234,12 +238,14 @@ CAUSES = f"""
     {CAUSE_CTES}
     SELECT i.job, i.attempt, make_timestamp(att.started_ns // 1000) AS started_at, i.verdict,
            coalesce(j.call, 'unclear') AS call,
-           CASE WHEN j.call = 'host' THEN (CASE WHEN j.host_incidents >= 4 AND j.host_jobs >= 3 THEN 'high'
+           CASE WHEN j.call = 'host' THEN (CASE WHEN j.inferred THEN 'low'  -- the host is placed, not named
+                                                WHEN j.host_incidents >= 4 AND j.host_jobs >= 3 THEN 'high'
                                                 WHEN j.host_incidents >= 3 THEN 'medium' ELSE 'low' END)
                 WHEN j.call = 'code' THEN (CASE WHEN j.stall_hosts >= 4 THEN 'high'
                                                 WHEN j.stall_hosts >= 3 THEN 'medium' ELSE 'low' END)
            END AS confidence,
-           j.culprit_rank, j.culprit_host, j.inferred AS culprit_host_inferred, j.culprit_role, j.reason,
+           j.culprit_rank, j.culprit_host, j.inferred AS culprit_host_inferred, j.placed AS culprit_host_placed,
+           j.culprit_role, j.reason, coalesce(j.host_record, 0) = 1 AS host_record,
            j.stall_signature, j.top_frame,
            j.host_incidents, j.host_attempts, round(j.p, 4) AS host_rate, round(j.host_rate_low, 4) AS host_rate_low,
            round(j.fleet_rate, 4) AS fleet_rate, j.fleet_incidents, j.fleet_used,
@@ -276,8 +282,8 @@ def why(row: Row) -> str:
                      f"{row['fleet_rate'] or 0:.2f}")
         parts.append(text)
         if row.get("culprit_host_inferred"):
-            parts.append(f"{host} is inferred from where the ranks beside it ran (no file of the rank names it), "
-                         "so the host is never blamed on it")
+            parts.append(f"{host} is inferred from where the ranks beside it ran (no file of the rank names it; "
+                         f"{'a strong' if row.get('culprit_host_placed') else 'a weak'} placement)")
         if _n(row["rank_elsewhere"]):
             parts.append(f"rank {row['culprit_rank']} of this job was the root cause on other hosts "
                          f"{_n(row['rank_elsewhere'])} time(s) before")
@@ -293,19 +299,49 @@ def why(row: Row) -> str:
         if _n(row["job_stall_elsewhere"]):
             text += f"; {_n(row['job_stall_elsewhere'])} earlier attempt(s) of this job stopped at it on another host"
         parts.append(text)
-    call = row["call"]
+    return f"{_deciding(row)}. Evidence: " + "; ".join(parts) + "."
+
+
+def _deciding(row: Row) -> str:
+    """The reason that decided the call, first: what held, or the first thing that did not."""
+    host, call = row.get("culprit_host"), row["call"]
+    incidents, attempts = _n(row.get("host_incidents")), _n(row.get("host_attempts"))
+    record = f"{incidents} of the {attempts} earlier attempt(s) it ran"
+    stall_hosts, elsewhere = _n(row.get("stall_other_hosts")), _n(row.get("job_stall_elsewhere"))
+    stall = (f"the same stall stopped attempts on {stall_hosts} other host(s) before" if stall_hosts else
+             "the same stall stopped no attempt on another host before")
+    if elsewhere:
+        stall += f", and {elsewhere} earlier attempt(s) of this job stopped there on another host"
     if call == "host":
-        verdict = "the host's own record is strong and the stall's is not"
-    elif call == "code":
-        verdict = "the same stall stopped attempts on other hosts, and the host has no record of its own"
-    elif row.get("host_strong") and (_n(row.get("stall_other_hosts")) >= CODE_MIN_HOSTS
-                                     or _n(row.get("job_stall_elsewhere"))):
-        verdict = "unclear: both the host's record and the stall's point at a cause"
-    elif _n(row.get("host_incidents")) == 0 and _n(row.get("stall_incidents")) == 0:
-        verdict = "unclear: no history before this incident"
-    else:
-        verdict = "unclear: neither the host's record nor the stall's is strong enough"
-    return f"{verdict}. Evidence: " + "; ".join(parts) + "."
+        if row.get("culprit_host_inferred"):
+            return (f"host, at low confidence: {host}'s own record is strong (root cause in {record}), and the "
+                    "rank's placement puts it there strongly (no file of the rank names its host; most of its "
+                    "block of ranks dumped from it, and other hosts' blocks are whole)")
+        return f"host: {host}'s own record is strong (root cause in {record}) and the stall's is not"
+    if call == "code":
+        return f"code: {stall}, and {host or 'the host'} has no record of its own"
+    host_strong, code_strong = bool(row.get("host_strong")), stall_hosts >= CODE_MIN_HOSTS or elsewhere > 0
+    if host_strong and code_strong:
+        return f"unclear: both point at a cause: {host}'s record (root cause in {record}) and the stall's ({stall})"
+    if incidents == 0 and _n(row.get("stall_incidents")) == 0:
+        return "unclear: no history before this incident"
+    if host is None:
+        return f"unclear: the culprit's host is unknown, so it has no record to read, and {stall}"
+    rate_above = row.get("host_rate_low") is not None and (row["host_rate_low"] or 0) > (row.get("fleet_rate") or 0)
+    if row.get("host_record") and rate_above and _n(row.get("rank_elsewhere")) < RANK_ELSEWHERE:
+        # the record is strong: the host was only inferred, from a weak placement
+        return (f"unclear: {host}'s record is strong (root cause in {record}), but this rank's host is inferred "
+                "from a weak placement (too few ranks of its block dumped from it, or too few other hosts' blocks "
+                "are whole), so it is not blamed on it")
+    if row.get("host_record") and rate_above:
+        return (f"unclear: rank {row['culprit_rank']} of this job was the root cause on "
+                f"{_n(row['rank_elsewhere'])} other host(s) before, which points away from {host}")
+    if row.get("host_record"):
+        return (f"unclear: {host}'s rate of root causes (at least {row.get('host_rate_low') or 0:.2f}, 95%) is not "
+                f"above the fleet's ({row.get('fleet_rate') or 0:.2f}), and {stall}")
+    return (f"unclear: {host}'s record is too short to blame it (root cause in {record}; {HOST_MIN_INCIDENTS} in "
+            f"{HOST_MIN_SPREAD} jobs or at {HOST_MIN_SPREAD} stalls are needed), and {stall}")
+
 
 
 def finish(row: Row) -> Row:
@@ -326,7 +362,7 @@ class HostRecord(Record):
     jobs: int  # distinct jobs of those root causes
     stalls: int  # distinct stall signatures of those root causes
     same_rank_elsewhere: int  # earlier root causes at the same rank of this job on other hosts
-    inferred: bool  # this culprit's host is inferred from placement: never called
+    inferred: bool  # this culprit's host is inferred from placement: called only when strongly placed, at low confidence
     drain_score: float | None  # the drain list's score and action just before this incident
     drain_action: str | None
     strong: bool

@@ -90,7 +90,8 @@ def _by_reason_dict(row: dict) -> dict:
 SLOW_RANKS = f"""
     WITH {_ATTEMPTS},
     rs AS (SELECT r.*, att.started_ns AS att_started FROM rank_stats r JOIN att USING (job, attempt)),
-    strag AS (SELECT c.job, c.attempt, c.rank, c.lateness_ms FROM culprits c JOIN att USING (job, attempt)
+    strag AS (SELECT c.job, c.attempt, c.rank, c.lateness_ms, c.wait_ms, c.wait_per_step_ms, c.step_without_ms
+              FROM culprits c JOIN att USING (job, attempt)
               WHERE c.reason = 'straggler' AND c.position = 0)
     SELECT rs.job, rs.rank, rs.host,
            round(coalesce(median(s.lateness_ms), median(rs.root_late_ms), median(rs.late_p50_ms)), 3) AS lateness_ms,
@@ -100,6 +101,10 @@ SLOW_RANKS = f"""
            count(s.job) AS straggler_attempts,
            count(*) FILTER (WHERE rs.root_late_events > 0 OR s.job IS NOT NULL) AS attempts_affected,
            sum(rs.root_late_events) AS first_late_events,
+           -- what it cost the others where it was the straggler (0017: NULL for diagnoses from before)
+           round(sum(s.wait_ms), 3) AS wait_ms,
+           round(median(s.wait_per_step_ms), 3) AS wait_per_step_ms,
+           round(median(s.step_without_ms), 3) AS step_without_ms,
            list(struct_pack(attempt := rs.attempt, started_at := make_timestamp(rs.att_started // 1000),
                             straggler := s.job IS NOT NULL, late_p50_ms := round(rs.late_p50_ms, 3))
                 ORDER BY rs.attempt) AS evidence
@@ -108,6 +113,30 @@ SLOW_RANKS = f"""
     HAVING count(s.job) > 0 OR sum(rs.root_late_events) >= 3 OR median(rs.late_p50_ms) >= 10
     ORDER BY straggler_attempts DESC, attempts_affected DESC, lateness_ms DESC, rs.job, rs.rank, rs.host
 """
+
+# What kind of failure each incident of the window was (frlake.entities.Kind), and each kind's share: of all
+# the incidents, and of those that stopped the job (hangs and mismatches; a straggler's job went on).
+KINDS = f"""
+    WITH {_ATTEMPTS},
+    i AS (
+      SELECT i.job, i.attempt, i.kind, i.verdict, att.started_ns, i.verdict IN ({_INCIDENTS}) AS stopped
+      FROM incidents i JOIN att USING (job, attempt) WHERE i.kind IS NOT NULL
+    ),
+    total AS (SELECT count(*) AS n, count(*) FILTER (WHERE stopped) AS stops FROM i),
+    root AS (SELECT c.job, c.attempt, c.host FROM culprits c JOIN att USING (job, attempt) WHERE c.position = 0)
+    SELECT i.kind, count(*) AS incidents, round(100 * count(*) / max(total.n), 1) AS percent,
+           count(*) FILTER (WHERE i.stopped) AS stops,
+           round(100 * count(*) FILTER (WHERE i.stopped) / nullif(max(total.stops), 0), 1) AS percent_of_stops,
+           count(DISTINCT i.job) AS jobs, count(DISTINCT root.host) AS hosts,
+           make_timestamp(min(i.started_ns) // 1000) AS first_seen, make_timestamp(max(i.started_ns) // 1000) AS last_seen,
+           list(struct_pack(job := i.job, attempt := i.attempt, verdict := i.verdict,
+                            started_at := make_timestamp(i.started_ns // 1000))
+                ORDER BY i.started_ns DESC, i.job, i.attempt) AS evidence
+    FROM i CROSS JOIN total LEFT JOIN root USING (job, attempt)
+    GROUP BY i.kind
+    ORDER BY incidents DESC, i.kind
+"""
+
 
 # Historical hangs and mismatches, one line per stall signature of the root cause (its user frames' function
 # names, so a line moved by an edit or a torch upgrade is the same stall), so "the same stall in 14 jobs" is one
@@ -219,6 +248,9 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
+    Report("kinds", KINDS, "Kinds of failure", "What share of our incidents is our own code (CPU-side)?",
+           ("kind", "incidents", "percent", "percent_of_stops", "jobs", "hosts"), "kinds.html",
+           "Kinds", views=("attempts", "incidents", "culprits"), empty="no incident in this window"),
     Report("hangs", HANGS, "Recurring hangs", "How many hangs were the same stall (mismatches: the incidents view)?",
            ("attempts", "jobs", "reason", "op", "pg_desc", "hosts", "top_frame", "last_seen", "signature", "cause"),
            "hangs.html", "Hangs", views=(*REPORT_VIEWS, "attempt_hosts"), empty="no hang or mismatch in this window"),

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from flask import Blueprint, current_app, render_template, request, url_for
 
-from frlake.entities import REASONS, VERDICTS
+from frlake.entities import REASONS, VERDICTS, Kind
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
@@ -41,7 +41,8 @@ PROGRESS_GROUPS = 32  # groups whose per-rank progress the attempt page details
 
 @bp.app_context_processor
 def _registries() -> dict:
-    return {"reports": REPORTS, "verdicts": VERDICTS, "reasons": REASONS, "export_url": export_url}
+    return {"reports": REPORTS, "verdicts": VERDICTS, "reasons": REASONS, "export_url": export_url,
+            "kind_labels": {k.value: k.label for k in Kind}}
 
 
 def _root(a) -> str | None:
