@@ -72,10 +72,13 @@ with Frlake(Settings.resolve(sys.argv[1])) as fl:
 
 def run(tree: Path, code: str, *args: str) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    # from the tree's own folder: ``python -c`` puts the current folder first on sys.path, and this checkout's
+    # frlake would shadow the tree's (both sides would run the same code)
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, cwd=tree)
     if done.returncode:
         raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
-    return done.stdout.split()
+    lines = done.stdout.strip().splitlines()
+    return lines[-1].split() if lines else []  # the figures are the last line
 
 
 def main() -> int:
