@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from frlake.query.vocabulary import Relations
+
 # A bound is as tight as its tightest collectives (where the domain truly arrived last, or finished first), but
 # not one stray: the k-th tightest, k this share of the domain's collectives and at least MIN_COLLECTIVES
 OUTLIERS = 0.05
@@ -46,21 +48,50 @@ MIN_COLLECTIVES = 3  # a domain is bounded only by this many collectives shared 
 MIN_SHIFT_NS = 1_000_000  # 1 ms: a clock nearer than this to the others' is left as it is ...
 CONSISTENT = 5.0  # ... and one whose estimate is less than this many robust sds of its own deviations
 
-# Per clock domain and collective instance: its members' last arrival, their earliest done time (the watchdog's
-# completion, else, where collectives block (``sync``), the rank's next call) and whether any was a completion.
-CLOCK_ROWS = """
-    WITH c AS (
-      SELECT c.rank, c.pg_name, c.seq, c.t, c.t_done,
-             coalesce(nullif(c.t_done, 0), CASE WHEN c.sync THEN lead(c.t) OVER (PARTITION BY c.rank ORDER BY c.entry_index)
-                                END) AS done
-      FROM {calls} c
-    )
-    SELECT coalesce(d.host, '#' || c.rank::VARCHAR) AS domain, hash(c.pg_name, c.seq) AS instance,
-           max(c.t) AS last, min(c.done) AS done, bool_or(c.t_done > 0) AS completion
-    FROM c JOIN {instances} m USING (pg_name, seq) JOIN {dumps} d USING (rank)
-    GROUP BY ALL ORDER BY domain, instance
+SAMPLE = 128  # the instances of a group the estimate reads, at most (evenly spread over its sequence)
+
+# Each rank's clock domain, numbered as the offsets are listed: hosts by name, then ranks of unknown host.
+DOMAINS = """
+    SELECT rank, host, dense_rank() OVER (ORDER BY host IS NULL, coalesce(host, '#' || rank::VARCHAR)) - 1 AS dom
+    FROM {dumps}
 """
-RANK_DOMAINS = "SELECT rank, coalesce(host, '#' || rank::VARCHAR) FROM {dumps} ORDER BY rank"
+# Per clock domain and collective instance (numbered 0 ..): its members' last arrival, their earliest done time
+# (the watchdog's completion, else, where collectives block (``sync``), the rank's next entry, unless that is
+# one more op of the same coalesced block) and whether any was a completion. Only the groups whose members
+# have more than one clock, and of each at most SAMPLE instances: the offsets are medians and quantiles, which
+# a few hundred collectives settle as well as all of them (at 16,384 ranks, all of them are 16M calls).
+CLOCK_ROWS = """
+    WITH dom AS ({domains}),
+    spanning AS (
+      SELECT g.pg_name FROM {rank_groups} g JOIN dom USING (rank)
+      WHERE NOT g.is_p2p GROUP BY g.pg_name HAVING min(dom) < max(dom)
+    ),
+    picked AS (
+      SELECT pg_name, seq FROM (
+        SELECT pg_name, seq, row_number() OVER (PARTITION BY pg_name ORDER BY seq) - 1 AS i,
+               count(*) OVER (PARTITION BY pg_name) AS n
+        FROM {instances} SEMI JOIN spanning USING (pg_name))
+      WHERE i % ((n + $sample - 1) // $sample) = 0
+    ),
+    c AS (
+      SELECT c.rank, c.pg_name, c.seq, c.entry_index, c.t, c.t_done, c.sync
+      FROM {late} c SEMI JOIN picked USING (pg_name, seq)
+    ),
+    -- the next entries of the calls that need them (none where the watchdog's completions are there: then the
+    -- entries are not read again)
+    nxt AS (
+      SELECT n.rank, n.entry_index - 1 AS entry_index, n.t, n.is_p2p, n.pg_name, n.seq
+      FROM {entries} n SEMI JOIN (SELECT rank, entry_index + 1 AS entry_index FROM c
+                                  WHERE c.sync AND coalesce(c.t_done, 0) = 0) USING (rank, entry_index)
+    )
+    SELECT dom.dom, dense_rank() OVER (ORDER BY c.pg_name, c.seq) - 1 AS instance, max(c.t) AS last,
+           min(coalesce(nullif(c.t_done, 0), CASE WHEN c.sync THEN n.t END)) AS done,
+           bool_or(c.t_done > 0) AS completion
+    FROM c JOIN dom USING (rank)
+      LEFT JOIN nxt n ON n.rank = c.rank AND n.entry_index = c.entry_index
+                     AND (n.is_p2p OR n.pg_name IS DISTINCT FROM c.pg_name OR n.seq IS DISTINCT FROM c.seq)
+    GROUP BY dom.dom, c.pg_name, c.seq ORDER BY 1, 2
+"""
 
 
 @dataclass
@@ -103,18 +134,21 @@ def _row(o: ClockOffset) -> dict:
             "lo_ms": o.lo_ms, "hi_ms": o.hi_ms, "collectives": o.collectives, "corrected_ms": o.corrected_ms}
 
 
-def estimate(con: duckdb.DuckDBPyConnection, calls: str, instances: str, dumps: str) -> Clocks:
-    """The attempt's clock domains and their offsets (see the module's docstring)."""
-    rows = con.execute(CLOCK_ROWS.format(calls=calls, instances=instances, dumps=dumps)).fetchnumpy()
-    ranks: dict[str, list[int]] = {}
-    for rank, domain in con.execute(RANK_DOMAINS.format(dumps=dumps)).fetchall():
-        ranks.setdefault(domain, []).append(rank)
-    names = sorted(ranks, key=lambda d: (d.startswith("#"), d))
-    if len(names) < 2 or len(rows["domain"]) == 0:
+def estimate(con: duckdb.DuckDBPyConnection, rel: Relations, late: str) -> Clocks:
+    """The attempt's clock domains and their offsets (see the module's docstring), from its relations and its
+    calls' lateness (``late``: frlake.diagnose.straggler's LATENESS)."""
+    domains = DOMAINS.format(dumps=rel.dumps)
+    names: dict[int, tuple[str | None, list[int]]] = {}
+    for rank, host, d in con.execute(f"SELECT * FROM ({domains}) ORDER BY rank").fetchall():
+        names.setdefault(d, (host, []))[1].append(rank)
+    if len(names) < 2:
         return Clocks([], "")
-    index = {name: i for i, name in enumerate(names)}
-    dom = np.array([index[d] for d in rows["domain"]], dtype=np.int64)
-    _, inst = np.unique(rows["instance"], return_inverse=True)
+    rows = con.execute(CLOCK_ROWS.format(domains=domains, rank_groups=rel.rank_groups, instances=rel.instances,
+                                         late=late, entries=rel.entries), {"sample": SAMPLE}).fetchnumpy()
+    if len(rows["dom"]) == 0:
+        return Clocks([], "")
+    dom = rows["dom"].astype(np.int64)
+    inst = rows["instance"].astype(np.int64)
     last = rows["last"].astype(np.float64)
     done = np.ma.asarray(rows["done"]).astype(np.float64).filled(np.nan)
     shared = np.bincount(inst)[inst] > 1  # a collective of one domain bounds nothing
@@ -138,12 +172,12 @@ def estimate(con: duckdb.DuckDBPyConnection, calls: str, instances: str, dumps: 
         if np.array_equal(decided, corrected):
             break
         corrected = decided
-    offsets = [ClockOffset(host=None if name.startswith("#") else name, ranks=ranks[name],
+    offsets = [ClockOffset(host=names[i][0], ranks=names[i][1],
                            offset_ms=_ms(aligned[i]), spread_ms=_ms(spread[i]),
                            lo_ms=_ms(lo[i]) if count[i] >= MIN_COLLECTIVES else None,
                            hi_ms=_ms(hi[i]) if count[i] >= MIN_COLLECTIVES else None,
                            collectives=int(count[i]), corrected_ms=_ms(corrected[i]))
-               for i, name in enumerate(names)]
+               for i in range(n)]
     return Clocks(offsets, basis)
 
 

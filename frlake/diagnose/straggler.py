@@ -89,7 +89,7 @@ TOP_RANKS = 16  # per attempt, the latest ranks are kept even without unexplaine
 LATENESS = """
     CREATE OR REPLACE TEMP TABLE {late} AS
     SELECT {ck}c.rank, c.t, c.t - m.t0 AS late, c.t = m.t1 AND m.t1 > m.t0 AS last,
-           c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
+           c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id, c.entry_index, c.t_done, c.sync
     FROM {calls} c JOIN {instances} m USING ({k}pg_name, seq)
 """
 # RankLateness of each rank
@@ -109,11 +109,12 @@ _LATE = "_late"  # an attempt's lateness (LATENESS)
 LATENESS_CORRECTED = """
     CREATE OR REPLACE TEMP TABLE {late} AS
     WITH c AS (
-      SELECT c.rank, c.t - coalesce(o.ns, 0) AS t, c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id
+      SELECT c.rank, c.t - coalesce(o.ns, 0) AS t, c.pg_name, c.pg_desc, c.seq, c.op, c.stack_id, c.entry_index,
+             CASE WHEN c.t_done > 0 THEN c.t_done - coalesce(o.ns, 0) ELSE c.t_done END AS t_done, c.sync
       FROM {calls} c SEMI JOIN {instances} m USING (pg_name, seq) LEFT JOIN _clock o USING (rank)
     )
     SELECT rank, t, t - min(t) OVER w AS late, t = max(t) OVER w AND max(t) OVER w > min(t) OVER w AS last,
-           pg_name, pg_desc, seq, op, stack_id
+           pg_name, pg_desc, seq, op, stack_id, entry_index, t_done, sync
     FROM c WINDOW w AS (PARTITION BY pg_name, seq)
 """
 
@@ -150,7 +151,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ev: Evidence,
         return None, [], None
     skew = None
     if CORRECT_CLOCKS and any(s.late_max_ms * 1e6 > MIN_LATENESS_NS for s in stats.values()):
-        skew = clocks.estimate(con, ev.rel.calls, ev.rel.instances, ev.rel.dumps)
+        skew = clocks.estimate(con, ev.rel, table)
         shift = skew.by_rank()
         if shift:  # lateness again, on the corrected clocks
             con.execute("CREATE OR REPLACE TEMP TABLE _clock AS SELECT unnest($ranks) AS rank, unnest($ns) AS ns",
