@@ -21,8 +21,9 @@ Two things in the dumps bound it, and both are used:
   robust spread of those deviations.
 
 A domain is corrected, by its alignment estimate kept inside ``[lo, hi]``, when causality demands it: when an
-unshifted clock would have the others finish collectives before it arrived, or it finish before they did (0
-outside ``[lo, hi]``). Or when it completes none of its collectives (others are still on their way when it
+unshifted clock would have the others finish collectives before it arrived, or it finish before they did, by
+more than MIN_SHIFT_NS (0 that far outside ``[lo, hi]``: nearer, it is the hosts' own jitter, and a straggler's
+host, whose lateness the others' done times barely cover, would be corrected for its rank's slowness). Or when it completes none of its collectives (others are still on their way when it
 arrives) and its estimate is clear of its spread: late or early, it costs nobody anything, and its lateness
 would only blur whose lateness does. A rank that is late because it *is* slow (a straggler) breaks
 no causality (the others wait for it), so its lateness is never corrected away; a host whose skew is
@@ -48,7 +49,7 @@ MIN_COLLECTIVES = 3  # a domain is bounded only by this many collectives shared 
 MIN_SHIFT_NS = 1_000_000  # 1 ms: a clock nearer than this to the others' is left as it is ...
 CONSISTENT = 5.0  # ... and one whose estimate is less than this many robust sds of its own deviations
 
-SAMPLE = 128  # the instances of a group the estimate reads, at most (evenly spread over its sequence)
+SAMPLE = 64  # the instances of a group the estimate reads, at most (evenly spread over its sequence)
 
 # Each rank's clock domain, numbered as the offsets are listed: hosts by name, then ranks of unknown host.
 DOMAINS = """
@@ -162,7 +163,7 @@ def estimate(con: duckdb.DuckDBPyConnection, rel: Relations, late: str) -> Clock
     for _ in range(4):
         lo, hi, count, last_share = _bounds(dom, inst, last, done, shared & has_done, corrected, n)
         bounded = (count >= MIN_COLLECTIVES) & (lo <= hi)
-        demanded = bounded & ~((lo <= 0) & (0 <= hi))
+        demanded = bounded & ((lo > MIN_SHIFT_NS) | (hi < -MIN_SHIFT_NS))
         # a clock whose collectives it never completes (others are still on their way when it arrives), whose
         # done times are its estimate off on every collective: late or early it costs nobody anything, and its
         # lateness would only blur whose lateness does

@@ -388,7 +388,7 @@ class BatchRows:
     lateness: object = None  # straggler.Lateness: what straggler.analyze reads (None: it reads its own)
 
 
-KEEP_ENTRIES = 200_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
+KEEP_ENTRIES = 2_000_000  # an attempt of at most this many entries is held in WORK_DB while it is diagnosed
 WORK_DB = "frlake_work"  # the connection's compressed in-memory database: the attempt's entries, when kept
 _READ = "_e_read"  # the view of the attempt's entries in its Parquet files (load)
 JOB_VARIABLE, ATTEMPT_VARIABLE = "frlake_diagnosed_job", "frlake_diagnosed_attempt"  # the connection's variables it reads
