@@ -251,7 +251,7 @@ def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: 
         members.setdefault(pg, set()).add(rank)  # membership inferred from what ranks recorded
         desc.setdefault(pg, pg_desc)
         first_seq[(rank, pg)], last_seq[(rank, pg)] = lo, hi
-    contradicted = _contradicted_lists(con, params, rel, members, listed, {pg for _, pg in first_seq}, hosts)
+    contradicted = _contradicted_lists(con, params, rel, lists, members, listed, {pg for _, pg in first_seq}, hosts)
     for pg in contradicted:
         del members[pg]
         desc.pop(pg, None)
@@ -288,8 +288,8 @@ def _evidence(con, params: dict, rel: Relations, several: dict[int, int], read: 
                     live_hosts=live_hosts, contradicted=contradicted)
 
 
-def _contradicted_lists(con, params: dict, rel: Relations, members: dict[str, set[int]], listed: set[str],
-                        recorded: set[str], hosts: dict[int, str]) -> dict[str, list[int]]:
+def _contradicted_lists(con, params: dict, rel: Relations, lists: tuple[str, str], members: dict[str, set[int]],
+                        listed: set[str], recorded: set[str], hosts: dict[int, str]) -> dict[str, list[int]]:
     """The listed groups (pg_config) that no entry records in and whose list leaves out a rank whose own dump
     lists it: gloo's one entry keyed ``''`` holds whichever group torch registered last (the world's ranks
     in a job of one group; ``'[]'`` in torch 2.13 and a subgroup's ``'[0, 1]'`` in every rank's dump since
@@ -302,11 +302,18 @@ def _contradicted_lists(con, params: dict, rel: Relations, members: dict[str, se
     outside = {pg for pg in unrecorded if any(r not in members[pg] for r in hosts)}
     if not outside:
         return {}
-    rows = con.execute(
-        f"""SELECT DISTINCT c.pg_name FROM groups c WHERE {listed_rows(rel)}
-            AND c.pg_name IN (SELECT unnest($pgs)) AND c.group_size > 0 AND NOT list_contains(c.ranks, c.rank)""",
-        {**params, "pgs": sorted(outside)}).fetchall()
-    return {pg: sorted(members[pg]) for (pg,) in rows}
+    # each distinct list once, with the ranks whose dumps hold it (a 16,384-rank world's list is read as its
+    # runs, not as the 268M numbers of every dump's copy)
+    table, column = lists
+    found = set()
+    for pg, held, holders in con.execute(
+        f"""SELECT c.pg_name, any_value(c.{column}), list(c.rank) FROM {table} c WHERE {listed_rows(rel)}
+            AND c.pg_name IN (SELECT unnest($pgs)) AND c.group_size > 0 GROUP BY c.pg_name, hash(c.{column})""",
+        {**params, "pgs": sorted(outside)}).fetchall():
+        ranks = set(expand_runs(held) if column == "rank_runs" else held)
+        if any(r not in ranks for r in holders):
+            found.add(pg)
+    return {pg: sorted(members[pg]) for pg in sorted(found)}
 
 
 def _several(con, params) -> dict[int, int]:

@@ -183,8 +183,9 @@ def pending_tail(ev: Evidence) -> list[Stall]:
     role = "root" if ev.timing.confirmed else "suspect"
     found: dict[int, Stall] = {}
     for pg, tail in sorted(ev.pending_tail.items()):
+        waiting = set(tail.waiting)  # a list of up to 16,384 ranks: a set, or the check is quadratic
         missing = [m for m in ev.members.get(pg, [])
-                   if m not in tail.waiting and m in ev.hosts
+                   if m not in waiting and m in ev.hosts
                    and ev.last_seq.get((m, pg), -1) < tail.seq and not _unknown(ev, m, pg, tail.seq)]
         for m in missing:
             if m not in found or len(tail.waiting) > found[m].waiters:
