@@ -153,6 +153,9 @@ class Culprit:
     host_placement: str | None = None
     hosts_claimed: list[str] | None = None  # its dump's bytes are in these hosts' folders: host is None
     live_stack: dict | None = None  # its newest live stack from the debug server: source, thread, frames, ...
+    # how it died, where the launcher's failure summary names it (diagnose.launcher.failures_of: exitcode,
+    # signal, time, message, words)
+    died: dict | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -191,6 +194,12 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)  # how the dumps were read where their shape asked for it
     # how ranks that left no dump and that no dump lists were found (gloo lists no groups): one line per rule
     world_inferred: list[str] = field(default_factory=list)
+    # where the dumped ranks' hosts came from: {"ranks", "known", "from": {source: ranks}} (diagnose.launcher)
+    hosts_known: dict = field(default_factory=dict)
+    # ranks whose sources name different hosts: [{"rank", "host", "used", "claims": [{"host", "source", "path"}]}]
+    host_disputes: list[dict] = field(default_factory=list)
+    # the workers the launcher saw fail (a torchrun failure summary beside the dumps): diagnose.launcher.failures_of
+    launcher_failures: list[dict] = field(default_factory=list)
     # the hosts' clock offsets estimated from the dumps (frlake.diagnose.clocks), where lateness was weighed
     clocks: dict = field(default_factory=dict)
     # what kind of failure it was (Kind, None when healthy) and the evidence that decided it, in one sentence

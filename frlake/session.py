@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from frlake.config import Settings
 from frlake.entities import Brief, Diagnosis
-from frlake.errors import FrlakeError
+from frlake.errors import DumpRejected, FrlakeError
 from frlake.storage.lake import Lake
 
 if TYPE_CHECKING:  # DuckDB is imported by what reads the lake: a command that reads the catalog only needs none
@@ -426,6 +426,39 @@ class Frlake:
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
         return self._diagnose_all(keys, batch=batch, workers=workers)
 
+    def attach_hosts(self, path: str | Path, job: str, attempt: int | None = None,
+                     kind: str | None = None) -> tuple[str, list[Diagnosis]]:
+        """Attach a host map (any of frlake.ingest.hostmaps' kinds, by its name or ``kind``) to an attempt of
+        the lake, or every attempt of ``job``, without reading a dump again: the hosts its dumps do not name
+        are taken from it, and the attempts are diagnosed again. Its id (the same map on the same attempts
+        has the same: attaching it twice is once); ``detach_hosts`` undoes it."""
+        import hashlib
+
+        from frlake.ingest import hostmaps
+        from frlake.ingest.sources import read_regular_file
+
+        data = read_regular_file(str(path), hostmaps.MAX_BYTES)
+        try:
+            found = hostmaps.read(str(path), data, kind or hostmaps.kind_of(str(path)) or "table")
+        except DumpRejected as exc:
+            raise FrlakeError(f"{path}: {exc.message}") from None
+        if not found.hosts:
+            raise FrlakeError(f"{path}: the {found.kind} host map names no rank's host")
+        if attempt is None and not self.catalog.attempts.keys(job):
+            raise FrlakeError(f"the lake has no dumps of job {job!r}")
+        if attempt is not None:
+            self._attempt_number(job, attempt)
+        digest = hashlib.sha256(data + f"\0{job}\0{attempt}\0{found.kind}".encode()).hexdigest()[:16]
+        attempts = self.catalog.dumps.attach_hosts(job, attempt, found.hosts, str(Path(path).absolute()), digest)
+        return digest, [self.diagnose(j, a) for j, a in attempts]
+
+    def detach_hosts(self, attach_id: str) -> list[Diagnosis]:
+        """Undo one ``attach_hosts``: its claims go, and the attempts it was on are diagnosed again."""
+        attempts = self.catalog.dumps.detach_hosts(attach_id)
+        if not attempts:
+            raise FrlakeError(f"no host map is attached with id {attach_id!r} (frlake hosts list shows them)")
+        return [self.diagnose(j, a) for j, a in attempts]
+
     def diagnose_pending(self) -> list[Diagnosis]:
         """Diagnose the attempts whose stored diagnosis is missing or older
         than their dumps."""
@@ -581,6 +614,7 @@ class Frlake:
             held, summaries = AttemptBatch(con, files), BatchSummaries(con)
             reads = BatchReads.read(con)
             together = BatchRelations(con, reads, [key for key in keys if held.signed(key)])
+            sources = self.catalog.dumps.host_sources(keys)
             for job, attempt in keys:
                 revision, _, copies, _ = states[(job, attempt)]
                 claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
@@ -588,8 +622,9 @@ class Frlake:
                 alone = not reads.holds((job, attempt))  # else its relations are the batch's, kept below
                 if alone:
                     held.hold_entries()
+                claims, failures = sources.get((job, attempt), ([], []))
                 diag = diagnose_attempt(con, job, attempt, complete=(job, attempt) in complete, durations=True,
-                                        claimed=claimed, batch=reads)
+                                        claimed=claimed, batch=reads, host_claims=claims, failures=failures)
                 if alone:
                     summaries.keep(job, attempt)
                 made.append((diag, revision))
@@ -632,8 +667,10 @@ class Frlake:
         if complete is None:  # the stored report is read only if it holds the mark
             complete = (job, attempt) in self.catalog.diagnoses.marked_complete([(job, attempt)])
         claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
+        claims, failures = self.catalog.dumps.host_sources([(job, attempt)]).get((job, attempt), ([], []))
         with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
-            diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed)
+            diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed,
+                                    host_claims=claims, failures=failures)
             if not summarise:
                 return diag, None
             had = holds_summary(con, job, attempt)

@@ -38,18 +38,21 @@ def _cli(settings: Settings, *args: str):
 
 # -- correct ------------------------------------------------------------------
 def test_a_rejection_for_identity_is_retried_under_other_options(tmp_path, corpus, views):
-    """The issue's repro: 4 rank files with no identity, then the options that name it."""
+    """The issue's repro: 4 rank files whose layout (given, so no flat shape is tried) names no job or
+    attempt, then the options that name it."""
     flat = tmp_path / "flat"
     flat.mkdir()
     for src in sorted((corpus / "job-223715/attempt-0").rglob("rank_*")):
         shutil.copy(src, flat / src.name)
     settings = Settings.resolve(tmp_path / "lake")
-    first = _cli(settings, "ingest", str(flat), "--workers", "1")
+    layout = "{job}/attempt-{attempt}/{host}/rank_{rank}"
+    first = _cli(settings, "ingest", str(flat), "--workers", "1", "--layout", layout)
     assert first.exit_code == 4, first.output
     with Frlake(settings) as fl:
-        again = fl.ingest([flat])
+        again = fl.ingest([flat], IngestOptions(identity=IdentityOptions(layout=layout)))
     assert (again.rejected, again.skipped_rejected, again.unchanged) == (0, 4, 0)
-    fixed = _cli(settings, "ingest", str(flat), "--job", "j1", "--attempt", "0", "--host", "nodeX", "--workers", "1")
+    fixed = _cli(settings, "ingest", str(flat), "--job", "j1", "--attempt", "0", "--host", "nodeX", "--workers", "1",
+                 "--layout", layout)
     assert fixed.exit_code == 0, fixed.output
     assert "ingested 4 dumps" in fixed.output
     con = views(settings.lake)

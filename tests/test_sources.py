@@ -69,9 +69,9 @@ def test_unknown_identity_is_rejected_not_guessed(tmp_path, corpus, fl):
     flat = tmp_path / "flat"
     flat.mkdir()
     shutil.copy(corpus / "job-223715/attempt-0/gpu-b03/rank_0", flat / "dump")
-    summary = fl.ingest([flat])
+    summary = fl.ingest([flat])  # its folder is its job (a flat folder, attempt 0); its name holds no rank
     assert summary.rejected == 1 and summary.rejected_files[0]["reason"] == "unknown_identity"
-    assert "job" in summary.rejected_files[0]["detail"] and "--job" in summary.rejected_files[0]["detail"]
+    assert "the rank" in summary.rejected_files[0]["detail"] and "--rank" in summary.rejected_files[0]["detail"]
 
 
 def test_self_describing_dump_names_itself(fl):

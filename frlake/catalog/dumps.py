@@ -12,7 +12,7 @@ from sqlalchemy import func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from frlake.catalog.db import Store, chunks, utcnow
-from frlake.catalog.models import Attempt, Dump, Job, SourceFile, StackId
+from frlake.catalog.models import Attempt, Dump, HostClaim, Job, LauncherFailure, SourceFile, StackId
 from frlake.catalog.seen import CLAIMED_TWICE, FileRecord, record
 
 
@@ -23,7 +23,7 @@ class DumpRecord:
     job: str
     attempt: int
     rank: int
-    host: str
+    host: str | None  # None: unknown
     fr_version: str | None
     encoding: str
     size_bytes: int
@@ -57,13 +57,17 @@ class Dumps(Store):
         stack_ids: Sequence[int] = (),
         touched: Sequence[tuple[str, int]] = (),
         also: Callable[[Session], None] | None = None,
+        claims: Sequence[tuple] = (),
+        failures: dict | None = None,
     ) -> None:
         """One transaction: the dumps, the files that produced them, and the
         Parquet files that hold their rows become visible together, and the
         attempts they join (and the ``touched`` ones, which received rows but
         no dump: the debug server's live stacks) go up one revision (their
         diagnosis is pending). ``also``: the storage wing's switch of lake
-        files, in the same transaction."""
+        files, in the same transaction. ``claims`` and ``failures``: what the
+        host maps beside the dumps say (frlake.ingest.worker.ChunkResult), each
+        kept once."""
         now = utcnow()
         with self.session(write=True) as s:
             if stack_ids:
@@ -77,8 +81,92 @@ class Dumps(Store):
                     for d in dumps
                 ])
             record(s, run_id, files, now)
+            _claims(s, attempt_ids, claims, failures or {}, now)
             if also is not None:
                 also(s)
+
+    def host_sources(self, attempts: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[list[dict], list[dict]]]:
+        """For each of ``attempts`` that has any: the claims on its ranks' hosts (by rank, precedence, path)
+        and the workers its launcher's failure summaries name (by rank), read for all at once."""
+        from sqlalchemy import tuple_
+
+        out: dict[tuple[str, int], tuple[list[dict], list[dict]]] = {}
+        with self.session() as s:
+            for chunk in chunks(sorted(set(attempts)), 500):
+                where = tuple_(Job.name, Attempt.number).in_(chunk)
+                for job, number, *row in s.execute(
+                    select(Job.name, Attempt.number, HostClaim.rank, HostClaim.host, HostClaim.source,
+                           HostClaim.precedence, HostClaim.path, HostClaim.attach_id)
+                    .join(Attempt, Attempt.id == HostClaim.attempt_id).join(Job, Job.id == Attempt.job_id)
+                    .where(where).order_by(Job.name, Attempt.number, HostClaim.rank, HostClaim.precedence,
+                                           HostClaim.path, HostClaim.host)):
+                    out.setdefault((job, number), ([], []))[0].append(dict(zip(
+                        ("rank", "host", "source", "precedence", "path", "attach_id"), row, strict=True)))
+                for job, number, f in s.execute(
+                    select(Job.name, Attempt.number, LauncherFailure)
+                    .join(Attempt, Attempt.id == LauncherFailure.attempt_id).join(Job, Job.id == Attempt.job_id)
+                    .where(where).order_by(Job.name, Attempt.number, LauncherFailure.rank, LauncherFailure.path)):
+                    out.setdefault((job, number), ([], []))[1].append({
+                        "rank": f.rank, "local_rank": f.local_rank, "host": f.host, "exitcode": f.exitcode,
+                        "pid": f.pid, "time": f.failed_at, "error_file": f.error_file, "message": f.message,
+                        "traceback": f.traceback, "root_cause": f.root_cause, "path": f.path})
+        return out
+
+    # -- host maps attached after the fact (frlake hosts attach) ----------------
+    def attach_hosts(self, job: str, attempt: int | None, hosts: dict[int, str], path: str,
+                     attach_id: str) -> list[tuple[str, int]]:
+        """Keep ``hosts`` (rank -> host) as the claims of one attach, on the attempt (or every attempt of the
+        job), and mark them to be diagnosed again; the attempts it is on. Attaching what is attached already
+        (the same ``attach_id``: the same map on the same attempts) changes nothing."""
+        from sqlalchemy import update
+
+        now = utcnow()
+        with self.session(write=True) as s:
+            q = select(Attempt.id, Attempt.number).join(Job, Job.id == Attempt.job_id).where(Job.name == job)
+            if attempt is not None:
+                q = q.where(Attempt.number == attempt)
+            attempts = s.execute(q.order_by(Attempt.number)).all()
+            if not attempts or s.scalar(select(HostClaim.id).where(HostClaim.attach_id == attach_id).limit(1)):
+                return [(job, n) for _, n in attempts] if attempts else []
+            s.execute(insert(HostClaim), [
+                {"attempt_id": a, "rank": r, "host": h, "source": "attached", "precedence": -1, "path": path,
+                 "attach_id": attach_id, "claimed_at": now} for a, _ in attempts for r, h in sorted(hosts.items())])
+            s.execute(update(Attempt).where(Attempt.id.in_([a for a, _ in attempts]))
+                      .values(revision=Attempt.revision + 1, diagnosis_due=True))
+        return [(job, n) for _, n in attempts]
+
+    def detach_hosts(self, attach_id: str) -> list[tuple[str, int]]:
+        """Remove one attach's claims; the attempts they were on (diagnosed again), none if it is not there."""
+        from sqlalchemy import delete, update
+
+        with self.session(write=True) as s:
+            rows = s.execute(select(Attempt.id, Job.name, Attempt.number).join(Job, Job.id == Attempt.job_id)
+                             .where(Attempt.id.in_(select(HostClaim.attempt_id).where(HostClaim.attach_id == attach_id)))
+                             .order_by(Job.name, Attempt.number)).all()
+            if not rows:
+                return []
+            s.execute(delete(HostClaim).where(HostClaim.attach_id == attach_id))
+            s.execute(update(Attempt).where(Attempt.id.in_([a for a, *_ in rows]))
+                      .values(revision=Attempt.revision + 1, diagnosis_due=True))
+        return [(j, n) for _, j, n in rows]
+
+    def attached(self, job: str | None = None) -> list[dict]:
+        """Every attach: its id, job, attempts, file, ranks and hosts, when."""
+        q = (select(HostClaim.attach_id, Job.name, Attempt.number, HostClaim.path, func.count(HostClaim.id),
+                    func.count(func.distinct(HostClaim.host)), func.min(HostClaim.claimed_at))
+             .join(Attempt, Attempt.id == HostClaim.attempt_id).join(Job, Job.id == Attempt.job_id)
+             .where(HostClaim.attach_id.is_not(None)))
+        if job is not None:
+            q = q.where(Job.name == job)
+        out: dict[str, dict] = {}
+        with self.session() as s:
+            for aid, name, number, path, ranks, hosts, at in s.execute(
+                    q.group_by(HostClaim.attach_id, Job.name, Attempt.number, HostClaim.path)
+                    .order_by(func.min(HostClaim.claimed_at), HostClaim.attach_id, Attempt.number)):
+                row = out.setdefault(aid, {"attach_id": aid, "job": name, "attempts": [], "path": path,
+                                           "ranks": ranks, "hosts": hosts, "attached_at": at})
+                row["attempts"].append(number)
+        return list(out.values())
 
     # -- the stack index --------------------------------------------------------
     def new_stack_ids(self, ids: Iterable[int]) -> set[int]:
@@ -175,3 +263,40 @@ def _attempt_ids(s: Session, dumps: Sequence[DumpRecord], now: datetime,
                 att.ended_ns = last if att.ended_ns is None else max(att.ended_ns, last)
         ids[(job_name, number)] = att.id
     return ids
+
+
+def _claims(s: Session, attempt_ids: dict[tuple[str, int], int], claims: Sequence[tuple], failures: dict,
+            now: datetime) -> None:
+    """Insert the host claims and launcher failures not kept yet (a later snapshot of a rank, or a rerun,
+    finds the same ones again)."""
+    wanted = {a for j, at, *_ in claims if (a := attempt_ids.get((j, at))) is not None}
+    wanted |= {a for (j, at, _, _) in failures if (a := attempt_ids.get((j, at))) is not None}
+    if not wanted:
+        return
+    kept = set()
+    done = set()
+    for chunk in chunks(sorted(wanted)):
+        kept.update(s.execute(select(HostClaim.attempt_id, HostClaim.rank, HostClaim.host, HostClaim.source,
+                                     HostClaim.path).where(HostClaim.attempt_id.in_(chunk),
+                                                           HostClaim.attach_id.is_(None))).all())
+        done.update(s.execute(select(LauncherFailure.attempt_id, LauncherFailure.rank, LauncherFailure.path)
+                              .where(LauncherFailure.attempt_id.in_(chunk))).all())
+    rows = []
+    for job, attempt, rank, host, source, precedence, path in claims:
+        key = (attempt_ids[(job, attempt)], rank, host, source, path)
+        if key not in kept:
+            kept.add(key)
+            rows.append({"attempt_id": key[0], "rank": rank, "host": host, "source": source,
+                         "precedence": precedence, "path": path, "attach_id": None, "claimed_at": now})
+    if rows:
+        s.execute(insert(HostClaim), rows)
+    rows = []
+    for (job, attempt, rank, path), f in sorted(failures.items()):
+        key = (attempt_ids[(job, attempt)], rank, path)
+        if key not in done:
+            done.add(key)
+            rows.append({"attempt_id": key[0], "rank": rank, "local_rank": f.local_rank, "host": f.host,
+                         "exitcode": f.exitcode, "pid": f.pid, "failed_at": f.time, "error_file": f.error_file,
+                         "message": f.message, "traceback": f.traceback, "root_cause": f.root_cause, "path": path})
+    if rows:
+        s.execute(insert(LauncherFailure), rows)

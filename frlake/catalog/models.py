@@ -88,13 +88,54 @@ class Dump(Base):
     dump_id: Mapped[int] = mapped_column(BigInteger, index=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
-    host: Mapped[str] = mapped_column(String(512), index=True)
+    host: Mapped[str | None] = mapped_column(String(512), index=True)  # NULL: no source named it (0018)
     fr_version: Mapped[str | None] = mapped_column(String(32))
     encoding: Mapped[str] = mapped_column(String(16))
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     n_entries: Mapped[int] = mapped_column(BigInteger)
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class HostClaim(Base):
+    """What one source says of the host of one rank of an attempt (0018): a host map found beside the dumps
+    (frlake.ingest.hostmaps) or attached later (``frlake hosts attach``). A dump whose own place names no
+    host takes the first claim's (by precedence, then name); claims that name another host stay, and the
+    diagnosis names them. ``attach_id`` groups the claims of one attach, which ``frlake hosts detach``
+    removes; NULL for claims read at ingest."""
+
+    __tablename__ = "host_claims"
+    __table_args__ = (Index("ix_host_claims_attempt_rank", "attempt_id", "rank"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(512))
+    source: Mapped[str] = mapped_column(String(32))  # hostmaps.SOURCES: hosts table, torchrun log, hostfile, slurm
+    precedence: Mapped[int] = mapped_column(Integer)  # lower wins
+    path: Mapped[str] = mapped_column(Text)  # the file it was read from
+    attach_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class LauncherFailure(Base):
+    """A worker the launcher saw fail (0018): a torchrun failure summary's entry, read from a log beside the
+    dumps. The diagnosis says how a rank that left no dump died."""
+
+    __tablename__ = "launcher_failures"
+    __table_args__ = (UniqueConstraint("attempt_id", "rank", "path", name="uq_launcher_failures_attempt_rank_path"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    local_rank: Mapped[int | None] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(512))
+    exitcode: Mapped[int | None] = mapped_column(Integer)
+    pid: Mapped[int | None] = mapped_column(BigInteger)
+    failed_at: Mapped[str | None] = mapped_column(String(32))  # as the log writes it: 2024-01-01_12:03:11 (local)
+    error_file: Mapped[str | None] = mapped_column(Text)
+    message: Mapped[str | None] = mapped_column(Text)  # the error file's message, or the traceback's last line
+    traceback: Mapped[str | None] = mapped_column(Text)  # bounded (hostmaps.MAX_TRACEBACK)
+    root_cause: Mapped[bool] = mapped_column(Boolean)  # the summary's "Root Cause (first observed failure)"
+    path: Mapped[str] = mapped_column(Text)
 
 
 class SourceFile(Base):

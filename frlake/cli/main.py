@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from frlake.cli import db
+from frlake.cli import db, hosts
 from frlake.cli._common import DbUrlOpt, LakeOpt, show_log, with_output_options
 
 # The commands, in the order --help lists them: (module, function, short help, with --json and -o). Each
@@ -124,6 +124,7 @@ def main_options(
 
 
 app.add_typer(db.app, name="db")
+app.add_typer(hosts.app, name="hosts")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import duckdb
 
-from frlake.diagnose import clocks, hang, kinds, mismatch, straggler
+from frlake.diagnose import clocks, hang, kinds, launcher, mismatch, straggler
 from frlake.diagnose.evidence import BatchReads, Evidence, live_stacks, load
 from frlake.diagnose.words import host_words, ranks_text, seconds_text
 from frlake.entities import WAIT_LIST, Culprit, Diagnosis, Verdict
@@ -19,7 +19,8 @@ from frlake.query.vocabulary import stacks
 
 def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, complete: bool = False,
                      durations: bool = False, claimed: dict[int, list[str]] | None = None,
-                     batch: BatchReads | None = None) -> Diagnosis:
+                     batch: BatchReads | None = None, host_claims: list[dict] | None = None,
+                     failures: list[dict] | None = None) -> Diagnosis:
     """Apply the verdict rules in their order of precedence (see Verdict).
 
     ``complete``: a user said no more dumps of this attempt will come. Without
@@ -34,17 +35,28 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     ``claimed``: rank -> the hosts whose folders hold its dump's bytes, where more than one does (a copy:
     catalog.dumps.claimed_twice). No host is named for such a rank: the culprit lists them (``hosts_claimed``).
 
-    ``batch``: what was read once for every attempt of the batch the connection holds (evidence.BatchReads)."""
+    ``batch``: what was read once for every attempt of the batch the connection holds (evidence.BatchReads).
+
+    ``host_claims``: what the host maps beside the dumps, or attached since, say of its ranks' hosts
+    (catalog.dumps.host_claims); ``failures``: the workers the launcher saw fail (catalog.dumps.launcher_failures).
+    frlake.diagnose.launcher weighs both."""
     started = time.perf_counter()
     ev = load(con, job, attempt, durations=durations, batch=batch)
     missing_dump = [r for r in ev.world if r not in ev.hosts]
     claimed = claimed or {}
+    host_claims = host_claims or []
+    ev.hosts, filled = launcher.hosts_from_claims(ev.hosts, host_claims)
     hosts, inferred = _hosts_with_inferred(ev, set(claimed))
+    for c in host_claims:  # a rank that left no dump: a source's word beats its neighbours' placement
+        if c["rank"] not in ev.hosts and c["rank"] not in claimed and (c["rank"] in inferred or c["rank"] not in hosts):
+            hosts[c["rank"]] = c["host"]
+            inferred.pop(c["rank"], None)
     diag = Diagnosis(job=job, attempt=attempt, verdict=Verdict.HEALTHY, world_size=len(ev.world),
                      ranks_dumped=sorted(ev.hosts), ranks_missing_dump=missing_dump, groups=_progress(ev),
                      several_dumps=[{"rank": r, "dumps": n} for r, n in sorted(ev.several_dumps.items())],
                      timing=ev.timing.to_dict(), progress=ev.progress, complete=complete, notes=_notes(ev),
                      world_inferred=ev.world_inferred)
+    _host_sources(diag, ev, host_claims, filled, failures or [])
     stack_of_last = {r: e.stack_id for r, e in ev.last.items()}
 
     mismatches = mismatch.find(con, ev)
@@ -111,6 +123,10 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     for c in diag.culprits:
         if c.rank in inferred:
             c.host_inferred, c.host_placement = True, inferred[c.rank]
+        died = next((f for f in diag.launcher_failures if f["rank"] == c.rank), None)
+        if died is not None:
+            c.died = died
+            c.detail = ((c.detail + "; ") if c.detail else "") + f"the launcher says it {died['words']}"
         if c.rank in claimed:
             c.hosts_claimed = claimed[c.rank]
             c.detail = ((c.detail + "; ") if c.detail else "") + (
@@ -133,6 +149,25 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
+
+
+def _host_sources(diag: Diagnosis, ev: Evidence, claims: list[dict], filled: dict[int, str], failures: list[dict]) -> None:
+    """Where the dumped ranks' hosts came from, where the sources disagree, and the launcher's failures."""
+    known = [r for r, h in ev.hosts.items() if h is not None]
+    sources: dict[str, int] = {}
+    ranks = launcher.by_rank(claims)
+    for r in known:
+        source = launcher.source_of(r, ev.hosts[r], ranks.get(r, []), filled)
+        sources[source] = sources.get(source, 0) + 1
+    diag.hosts_known = {"ranks": len(ev.hosts), "known": len(known), "from": dict(sorted(sources.items()))}
+    if len(known) < len(ev.hosts):
+        diag.notes.append(f"host unknown for {len(ev.hosts) - len(known)} of {len(ev.hosts)} dumped ranks: no host "
+                          "folder, host map or attached map names it (frlake hosts attach adds one)")
+    diag.host_disputes = launcher.disputes(ev.hosts, claims, filled)
+    note = launcher.dispute_note(diag.host_disputes)
+    if note:
+        diag.notes.append(note)
+    diag.launcher_failures = launcher.failures_of(failures)
 
 
 def _clock_note(o: clocks.ClockOffset, basis: str) -> str:

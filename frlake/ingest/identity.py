@@ -2,9 +2,14 @@
 
 Dumps do not name their job, attempt or host, so each is taken from the first
 source that knows it, in this order: explicit options (``--job`` ...), keys of
-a self-describing dump, the path template (``--layout``), the rank -> host
-file (``--hosts``), and for the rank alone the trailing digits of the file
-name. Whatever is still unknown makes the file rejected, never guessed.
+a self-describing dump, the path template (``--layout``; without one, the
+default layout, then the flat shapes that torch's, torchelastic's and
+torchtitan's defaults write: :data:`FLAT_LAYOUTS`), the rank -> host file
+(``--hosts``), the host maps found beside the dumps (frlake.ingest.hostmaps),
+and for the rank alone the number after ``rank`` in the file name. A job,
+attempt or rank still unknown makes the file rejected, never guessed; a host
+still unknown is stored as unknown (a dump never names its host; the
+diagnosis needs none, and one can be attached later).
 """
 
 from __future__ import annotations
@@ -14,10 +19,25 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from frlake.errors import DumpRejected, FrlakeError
 
+if TYPE_CHECKING:
+    from frlake.ingest.hostmaps import HostMaps
+
 DEFAULT_LAYOUT = "{job}/attempt-{attempt}/{host}/rank_{rank}"
+# The folders of the flat shapes fleets' defaults write, tried in this order after DEFAULT_LAYOUT when no
+# --layout is given; the rank is the number after "rank" in the file name (torch's TORCH_FR_DUMP_TEMP_FILE
+# prefix is "nccl_trace_rank_"; torchtitan's "<dump_folder>/comm_traces/rank_"). No attempt in the path is
+# attempt 0: a rank's file rewritten later is another snapshot of it, kept beside the first (its bytes differ).
+FLAT_LAYOUTS = (
+    "{job}/attempt-{attempt}",  # frlake's own, without the host folder
+    "{job}/attempt_{attempt}",  # torchelastic's log folders (attempt_0, attempt_1, ...)
+    "{job}/attempt{attempt}",
+    "{job}/comm_traces",  # torchtitan's save_traces_folder, in the job's dump folder
+    "{job}",  # a folder per job: /nfs/fr/<job>/nccl_trace_rank_<r>
+)
 _PLACEHOLDER = re.compile(r"\{(job|attempt|host|rank|\*)\}")
 _GROUP = {
     "job": r"(?P<job>[^/]+?)",
@@ -51,7 +71,7 @@ _MAX_SUFFIXES = 4  # ".json", ".pkl", ".tar" ... tolerated after the last compon
 class Identity:
     job: str
     attempt: int
-    host: str
+    host: str | None  # None: unknown (no source named it)
     rank: int
 
 
@@ -219,13 +239,25 @@ class IdentityOptions:
 
 
 class IdentityResolver:
-    def __init__(self, options: IdentityOptions):
+    def __init__(self, options: IdentityOptions, hostmaps: HostMaps | None = None):
         self.options = options
         self.layout = Layout(options.layout or DEFAULT_LAYOUT)
+        self.flat = [] if options.layout else [Layout(t) for t in FLAT_LAYOUTS]
+        self.hostmaps = hostmaps
+
+    def _from_path(self, path: str) -> dict[str, str]:
+        found = self.layout.match(path) or self.layout.match_folders(path)
+        if found:
+            return found
+        for flat in self.flat:  # the file's folders, each matched whole
+            found = flat.match_folders(path, (0,))
+            if found:
+                return found
+        return {}
 
     def resolve(self, path: str, from_dump: dict[str, object]) -> Identity:
         o = self.options
-        from_path = self.layout.match(path) or self.layout.match_folders(path)
+        from_path = self._from_path(path)
         found: dict[str, object] = {}
         for what, explicit in (("job", o.job), ("attempt", o.attempt), ("host", o.host), ("rank", o.rank)):
             for value in (explicit, from_dump.get(what), from_path.get(what)):
@@ -234,15 +266,16 @@ class IdentityResolver:
                     break
         if "rank" not in found:
             found.update(_rank_from_name(path, self.layout.template))
+        if "attempt" not in found and "job" in from_path and not o.layout:
+            found["attempt"] = 0  # a flat folder: its dumps are attempt 0 (FLAT_LAYOUTS)
         rank = _as_int(found.get("rank"), "rank")
         if "host" not in found and o.hosts and rank is not None and rank in o.hosts:
             found["host"] = o.hosts[rank]
-        missing = [w for w in ("job", "attempt", "host", "rank") if found.get(w) is None]
+        missing = [w for w in ("job", "attempt", "rank") if found.get(w) is None]
         if missing:
             hint = {
                 "job": "--job or a {job} in --layout",
                 "attempt": "--attempt or an {attempt} in --layout",
-                "host": "--host, --hosts FILE or a {host} in --layout",
                 "rank": "--rank or a {rank} in --layout",
             }
             raise DumpRejected(
@@ -250,12 +283,11 @@ class IdentityResolver:
                 f"cannot tell the {', '.join(missing)} of this dump (layout {self.layout.template!r} does not match "
                 f"its path); give {'; '.join(hint[m] for m in missing)}",
             )
-        return Identity(
-            job=_as_name(found["job"], "job"),
-            attempt=_as_int(found["attempt"], "attempt"),
-            host=_as_name(found["host"], "host"),
-            rank=rank,
-        )
+        job, attempt = _as_name(found["job"], "job"), _as_int(found["attempt"], "attempt")
+        if "host" not in found and self.hostmaps is not None and rank is not None:
+            found["host"] = self.hostmaps.host(path, job, attempt, rank)
+        host = found.get("host")
+        return Identity(job=job, attempt=attempt, host=None if host is None else _as_name(host, "host"), rank=rank)
 
     def resolve_attempt(self, path: str) -> tuple[str, int]:
         """The job and attempt of a file that is not one rank's dump (the

@@ -79,6 +79,7 @@ class IngestSummary:
     run_id: int = 0
     ingested: int = 0
     already_present: int = 0
+    host_maps: int = 0  # files read as host maps (frlake.ingest.hostmaps), not dumps
     unchanged: int = 0
     rejected: int = 0
     skipped_rejected: int = 0  # files rejected before and unchanged since, not read (retry: retry_rejected)
@@ -187,6 +188,7 @@ class _Run:
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
         started = time.perf_counter()
+        self.ctx = replace(self.ctx, roots=tuple(str(Path(r).absolute()) for r in roots if Path(r).is_dir()))
         listed = list(self._walk(roots))  # counted first, so that progress has a total
         self.total = len(listed)
         self.summary.phases["scanning"] = round(time.perf_counter() - started, 3)
@@ -521,7 +523,9 @@ class _Run:
         records = self._stamped(result.files)
         publish(self.lake, self.catalog, self.summary.run_id, files,
                 lambda ids: self.catalog.dumps.commit(self.summary.run_id, result.dumps, records, sorted(new_stacks),
-                                                      sorted(result.touched), also=lambda s: mark_publishing(s, ids)))
+                                                      sorted(result.touched), also=lambda s: mark_publishing(s, ids),
+                                                      claims=sorted(result.claims, key=repr),
+                                                      failures=result.failures))
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))
@@ -573,6 +577,8 @@ class _Run:
                     s.ingested_files.append({"path": f.path, "job": f.job, "attempt": f.attempt, "host": f.host, "rank": f.rank})
             elif f.status == "duplicate":
                 s.already_present += 1
+            elif f.status == "host_map":
+                s.host_maps += 1
             else:
                 self._count_reject(f.path, f.reason, f.detail)
         s.entries += sum(d.n_entries for d in result.dumps)

@@ -30,7 +30,7 @@ from frlake.catalog.dumps import DumpRecord
 from frlake.catalog.seen import CLAIMED_TWICE, FileRecord
 from frlake.catalog.store import Catalog
 from frlake.errors import DumpRejected, safe_text
-from frlake.ingest import livestacks
+from frlake.ingest import hostmaps, livestacks
 from frlake.ingest.identity import Identity, IdentityOptions, IdentityResolver, name_time_interval, name_time_ns
 from frlake.ingest.parse import Limits, ParsedDump, parse_bytes
 from frlake.ingest.sources import Source, read_regular_file
@@ -45,6 +45,7 @@ class WorkerContext:
     identity: IdentityOptions
     limits: Limits = Limits()
     staging: str | None = None  # the run's own staging folder
+    roots: tuple[str, ...] = ()  # the folders the ingest was given: host maps are read inside them only
     # Unique to the run (its run_id is not: a lake deleted and made again at the same path counts from 1).
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -68,6 +69,10 @@ class ChunkResult:
     stacks: dict[int, list[dict]] = field(default_factory=dict)
     input_bytes: int = 0
     touched: set[tuple[str, int]] = field(default_factory=set)  # attempts that got rows but no dump (live stacks)
+    # what the host maps beside the new dumps say: (job, attempt, rank, host, source, precedence, path)
+    claims: set[tuple] = field(default_factory=set)
+    failures: dict[tuple[str, int, int, str], hostmaps.Failure] = field(default_factory=dict)  # (job, attempt, rank, path)
+    maps_seen: set[tuple[str, int, str]] = field(default_factory=set)  # (job, attempt, host map) read into claims
     batch: int = 0
     synced: bool = True  # False: the staged files are written but not yet synced (a worker process' chunk)
     # In-process only: the Parquet files still being written, (table, path in the lake, job, attempt, future).
@@ -243,7 +248,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
     chunk's Parquet files are then still being written when this returns, so
     that the next chunk is read meanwhile; :func:`finish_chunk` waits for them."""
     lake = Lake(ctx.lake_root, ctx.staging)
-    resolver = IdentityResolver(ctx.identity)
+    resolver = IdentityResolver(ctx.identity, hostmaps.HostMaps(list(ctx.roots)) if ctx.roots else None)
     result = ChunkResult(batch=batch)
     loaded: list[tuple[Source, bytes | None, str | None]] = []
     for src in sources:
@@ -314,6 +319,12 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
             continue
         kind = livestacks.debug_server_kind(src.key)
         try:
+            map_kind = hostmaps.kind_of(src.key)
+            if map_kind is not None:  # a host map, read with the dumps beside it (frlake.ingest.hostmaps)
+                found = hostmaps.read(src.key, data, map_kind)
+                result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "host_map", None,
+                                               safe_text(found.summary())))
+                continue
             if kind is not None:
                 if sha in live_seen:
                     result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "duplicate"))
@@ -356,6 +367,7 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
                                                host, rank))
                 continue
             known.setdefault(key, {})[(ident.job, ident.attempt)] = (ident.rank, ident.host)
+            _host_claims(resolver, src.key, ident, result)
             yield from raw_copy(key, data)
             tables = per_partition.setdefault((ident.job, ident.attempt), {})
             for name, table in dump.tables.items():
@@ -373,6 +385,22 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
             )
             continue
         result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", reason, safe_text(detail)))
+
+
+def _host_claims(resolver: IdentityResolver, path: str, ident: Identity, result: ChunkResult) -> None:
+    """What the host maps beside a new dump say of its attempt's ranks (every rank each names: a rank that
+    left no dump has a host too), and the launcher's failures they hold; each map once per attempt."""
+    if resolver.hostmaps is None:
+        return
+    for found in resolver.hostmaps.maps(path):
+        seen = (ident.job, ident.attempt, found.path)
+        if seen in result.maps_seen:
+            continue
+        result.maps_seen.add(seen)
+        for rank, host in found.hosts.items():
+            result.claims.add((ident.job, ident.attempt, rank, host, found.kind, found.precedence, found.path))
+        for f in found.failures:
+            result.failures[(ident.job, ident.attempt, f.rank, found.path)] = f
 
 
 def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha: str,

@@ -59,7 +59,9 @@ def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = Non
         "kind_why": diagnosis.kind_why,
         "root_cause": None if c is None else {
             "rank": c.rank, "host": c.host, "host_inferred": bool(c.host_inferred), "group": c.pg,
-            "group_desc": c.pg_desc, "seq": c.seq, "op": c.op, "reason": c.reason, "role": c.role},
+            "group_desc": c.pg_desc, "seq": c.seq, "op": c.op, "reason": c.reason, "role": c.role,
+            # how it died, where the launcher's failure summary says (exitcode, signal, time, message, words)
+            "died": c.died},
         "summary": diagnosis.summary,
         "url": url,
         "drain": drain_state,
@@ -81,6 +83,9 @@ def _text(body: dict) -> str:
     if body["changed"]:
         lines.append("changed: " + "; ".join(f"{k.replace('_', ' ')} {v['was'] or 'none'} -> {v['now'] or 'none'}"
                                               for k, v in body["changed"].items()))
+    root = body["root_cause"]
+    if root and root.get("died"):
+        lines.append(f"rank {root['rank']} on {root['host'] or 'an unknown host'} {root['died']['words']}")
     cause = body["cause"]
     if cause:
         confidence = f", {cause['confidence']} confidence" if cause.get("confidence") else ""

@@ -96,12 +96,14 @@ def _rank_stats() -> Select:
 
 def _attempt_hosts() -> Select:
     """One row per host of an attempt (the hosts of its dumps): what the fleet reports need of the dumps,
-    read from the catalog in one query (the lake's ``dumps`` is a file per attempt)."""
+    read from the catalog in one query (the lake's ``dumps`` is a file per attempt). Dumps of unknown host
+    are in no row: no report counts "no host" as a host."""
     return select(
         Job.name.label("job"), Attempt.number.label("attempt"), Dump.host,
         func.count(func.distinct(Dump.rank)).cast(BigInteger).label("ranks"),
         func.min(Dump.rank).label("first_rank"), Attempt.started_ns,
-    ).join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id).group_by(
+    ).join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id).where(
+        Dump.host.is_not(None)).group_by(
         Job.name, Attempt.number, Dump.host, Attempt.started_ns)
 
 

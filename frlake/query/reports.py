@@ -50,7 +50,7 @@ _ATTEMPTS = """
 FLAKY_HOSTS = f"""
     WITH {_ATTEMPTS},
     used AS (
-      SELECT h.host, h.job, h.attempt FROM attempt_hosts h JOIN att USING (job, attempt)
+      SELECT h.host, h.job, h.attempt FROM attempt_hosts h JOIN att USING (job, attempt) WHERE h.host IS NOT NULL
       UNION
       SELECT DISTINCT c.host, c.job, c.attempt FROM culprits c JOIN att USING (job, attempt) WHERE c.host IS NOT NULL
     ),

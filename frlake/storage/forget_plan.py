@@ -11,7 +11,18 @@ from datetime import datetime
 from sqlalchemy import delete, func, insert, or_, select, update
 
 from frlake.catalog.db import chunks, utcnow
-from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, Job, RankStat, RetiredFile, SourceFile
+from frlake.catalog.models import (
+    Attempt,
+    CulpritRow,
+    Dump,
+    HostClaim,
+    IncidentRow,
+    Job,
+    LauncherFailure,
+    RankStat,
+    RetiredFile,
+    SourceFile,
+)
 from frlake.catalog.store import Catalog
 from frlake.storage.files import CommittedFile, switch
 from frlake.storage.lake import raw_rel_path
@@ -124,6 +135,8 @@ def commit_forget(catalog: Catalog, run_id: int, new_ids: Sequence[int], plan: F
             s.execute(delete(CulpritRow).where(CulpritRow.incident_id == incident))
             s.execute(delete(RankStat).where(RankStat.incident_id == incident))
             s.execute(delete(IncidentRow).where(IncidentRow.attempt_id == attempt_id))
+            s.execute(delete(HostClaim).where(HostClaim.attempt_id == attempt_id))
+            s.execute(delete(LauncherFailure).where(LauncherFailure.attempt_id == attempt_id))
             s.execute(delete(Attempt).where(Attempt.id == attempt_id))
         for job in sorted({j for j, _ in plan.whole}):
             s.execute(delete(Job).where(Job.name == job,
