@@ -428,28 +428,38 @@ class Frlake:
 
     def attach_hosts(self, path: str | Path, job: str, attempt: int | None = None,
                      kind: str | None = None) -> tuple[str, list[Diagnosis]]:
-        """Attach a host map (any of frlake.ingest.hostmaps' kinds, by its name or ``kind``) to an attempt of
-        the lake, or every attempt of ``job``, without reading a dump again: the hosts its dumps do not name
-        are taken from it, and the attempts are diagnosed again. Its id (the same map on the same attempts
-        has the same: attaching it twice is once); ``detach_hosts`` undoes it."""
-        import hashlib
-
+        """Attach the host map at ``path`` (:meth:`attach_host_map`)."""
         from frlake.ingest import hostmaps
         from frlake.ingest.sources import read_regular_file
 
-        data = read_regular_file(str(path), hostmaps.MAX_BYTES)
         try:
-            found = hostmaps.read(str(path), data, kind or hostmaps.kind_of(str(path)) or "table")
+            data = read_regular_file(str(path), hostmaps.MAX_BYTES)
         except DumpRejected as exc:
             raise FrlakeError(f"{path}: {exc.message}") from None
+        return self.attach_host_map(str(Path(path).absolute()), data, job, attempt, kind)
+
+    def attach_host_map(self, name: str, data: bytes, job: str, attempt: int | None = None,
+                        kind: str | None = None) -> tuple[str, list[Diagnosis]]:
+        """Attach a host map (any of frlake.ingest.hostmaps' kinds, by its ``name`` or ``kind``) to an attempt
+        of the lake, or every attempt of ``job``, without reading a dump again: the hosts its dumps do not name
+        are taken from it, and the attempts are diagnosed again. Its id (the same map on the same attempts
+        has the same: attaching it twice is once) and the diagnoses; ``detach_hosts`` undoes it."""
+        import hashlib
+
+        from frlake.ingest import hostmaps
+
+        try:
+            found = hostmaps.read(name, data, kind or hostmaps.kind_of(name) or "table")
+        except DumpRejected as exc:
+            raise FrlakeError(f"{name}: {exc.message}") from None
         if not found.hosts:
-            raise FrlakeError(f"{path}: the {found.kind} host map names no rank's host")
+            raise FrlakeError(f"{name}: the {found.kind} host map names no rank's host")
         if attempt is None and not self.catalog.attempts.keys(job):
             raise FrlakeError(f"the lake has no dumps of job {job!r}")
         if attempt is not None:
             self._attempt_number(job, attempt)
         digest = hashlib.sha256(data + f"\0{job}\0{attempt}\0{found.kind}".encode()).hexdigest()[:16]
-        attempts = self.catalog.dumps.attach_hosts(job, attempt, found.hosts, str(Path(path).absolute()), digest)
+        attempts = self.catalog.dumps.attach_hosts(job, attempt, found.hosts, name, digest)
         return digest, [self.diagnose(j, a) for j, a in attempts]
 
     def detach_hosts(self, attach_id: str) -> list[Diagnosis]:

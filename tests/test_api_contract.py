@@ -28,7 +28,7 @@ def documented() -> dict[tuple[str, str], dict]:
     section = API_MD.split("## Endpoints", 1)[1].split("\n## ", 1)[0]
     out = {}
     for line in section.splitlines():
-        m = re.match(r"\| `(GET|POST) (/api/[^`]*)` \|\s*(.*?)\s*\|\s*(.*?)\s*\|$", line)
+        m = re.match(r"\| `(GET|POST|DELETE) (/api/[^`]*)` \|\s*(.*?)\s*\|\s*(.*?)\s*\|$", line)
         if not m:
             continue
         method, path, params, answer = m.groups()
@@ -322,7 +322,7 @@ def test_search_finds_a_job_by_a_part_of_its_name_a_host_or_a_verdict(app):
     assert 'id="q"' in page and 'value="f70c5d"' in page and "3 attempt(s) matching" in page
 
 
-EXAMPLE = {"job": "job-223715", "attempt": "0", "host": "gpu-b03", "name": "hangs"}  # real values of route variables
+EXAMPLE = {"job": "job-223715", "attempt": "0", "host": "gpu-b03", "name": "hangs", "attach_id": "0123456789abcdef"}  # real values of route variables
 
 
 def _example_url(rule) -> str:
@@ -339,7 +339,7 @@ def test_an_unknown_parameter_is_a_400_that_names_the_ones_taken_on_every_route(
         taken = app.view_functions[rule.endpoint].query_params
         if callable(taken):
             taken = taken(**{k: EXAMPLE[k] for k in rule.arguments})
-        method = "POST" if "POST" in rule.methods else "GET"
+        method = next(m for m in ("POST", "DELETE", "GET") if m in rule.methods)
         r = client.open(_example_url(rule) + "?hots=b03", method=method, headers=SAME_ORIGIN)
         assert r.status_code == 400, (rule.rule, r.status_code, r.get_data(as_text=True)[:300])
         message = r.get_json()["error"]["message"] if rule.rule.startswith("/api/") else \

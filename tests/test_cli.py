@@ -86,11 +86,13 @@ def _commands(group=None, path=()):
         if hasattr(command, "commands"):
             yield from _commands(command, (*path, name))
         else:
-            yield (*path, name), [p.name for p in command.params if p.required]
+            yield (*path, name), [p.name for p in command.params if p.required and p.param_type_name == "argument"]
 
 
-ARGS = {"paths": "EMPTY", "sql": "SELECT 1", "job": "job-223715", "name": "hangs", "revision": "base"}
-OPTIONS = {("forget",): ["--job", "job-223715"]}  # what a command needs beyond its arguments to do anything
+ARGS = {"paths": "EMPTY", "sql": "SELECT 1", "job": "job-223715", "name": "hangs", "revision": "base",
+        "path": "hosts.csv", "attach_id": "0123456789abcdef"}
+# what a command needs beyond its arguments to do anything (its required options too)
+OPTIONS = {("forget",): ["--job", "job-223715"], ("hosts", "attach"): ["--job", "job-223715"]}
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
@@ -106,8 +108,9 @@ def test_an_explicit_lake_wins_over_the_environment(tmp_path, corpus_lake, monke
     monkeypatch.setenv("FRLAKE_DB_URL", f"sqlite:///{env_lake / 'catalog.db'}")
     chosen = tmp_path / "chosen"
     (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "hosts.csv").write_text("0,gpu-x\n")
     flags = ["--lake", str(chosen), "--db-url", f"sqlite:///{chosen / 'catalog.db'}"]
-    args = [str(tmp_path / ARGS[r]) if ARGS[r] == "EMPTY" else ARGS[r] for r in required] + OPTIONS.get(path, [])
+    args = [str(tmp_path / ARGS[r]) if ARGS[r] in ("EMPTY", "hosts.csv") else ARGS[r] for r in required] + OPTIONS.get(path, [])
     argv = [*flags, *path, *args] if where == "before" else [*path, *args, *flags]
     result = runner.invoke(app, argv)
     assert str(chosen) in result.output or chosen.exists(), result.output

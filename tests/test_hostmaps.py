@@ -273,3 +273,32 @@ def test_hosts_attached_after_the_fact_are_followed_and_can_be_undone(tmp_path):
         assert fl.catalog.dumps.attached() == []
     bad = CliRunner().invoke(app, ["--lake", lake, "hosts", "detach", "nope"])
     assert bad.exit_code == 1 and "no host map is attached with id 'nope'" in bad.output
+
+
+def test_a_host_map_attached_through_the_api(tmp_path):
+    folder = tmp_path / "nfs" / "straggler"
+    folder.mkdir(parents=True)
+    for p in sorted((GENUINE / "straggler" / "straggler" / "attempt-0").rglob("rank_*")):
+        shutil.copy(p, folder / f"nccl_trace_{p.name.split('.')[0]}")
+    import io
+
+    from frlake.server import create_app
+    from frlake.server.config import ServerConfig
+    with Frlake.open(tmp_path / "lake") as fl:
+        fl.ingest([tmp_path / "nfs"])
+    from frlake.config import Settings
+    client = create_app(ServerConfig(Settings.resolve(tmp_path / "lake"))).test_client()
+    origin = {"Origin": "http://localhost"}
+    table = "".join(f"{r},gpu-{r // 2}\n" for r in range(8)).encode()
+    r = client.post("/api/host-maps", headers=origin, content_type="multipart/form-data",
+                    data={"job": "straggler", "file": (io.BytesIO(table), "hosts.csv")})
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["attempts"][0]["hosts_known"]["known"] == 8 and "gpu-2" in body["attempts"][0]["summary"]
+    assert [a["attach_id"] for a in client.get("/api/host-maps").get_json()["attached"]] == [body["attach_id"]]
+    bad = client.post("/api/host-maps", headers=origin, content_type="multipart/form-data",
+                      data={"job": "straggler", "file": (io.BytesIO(b"rank,host\n0\n"), "hosts.csv")})
+    assert bad.status_code == 422 and bad.get_json()["code"] == "bad_host_map"
+    gone = client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin)
+    assert gone.status_code == 200 and "gpu-2" not in gone.get_json()["attempts"][0]["summary"]
+    assert client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin).status_code == 404

@@ -7,6 +7,7 @@ import re
 
 from flask import Blueprint, Response, current_app, jsonify, request, stream_with_context
 
+from frlake.errors import FrlakeError
 from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.upload import UploadOverBudget, UploadRefused
 from frlake.query.attempt import UnknownGroup
@@ -228,6 +229,56 @@ def run_query(sql: str, offset: int = 0) -> dict:
     more = result.truncated and bool(result.rows)  # a first row over the byte cap cannot be paged past
     return {"columns": result.columns, "rows": result.rows, "truncated": result.truncated,
             "seconds": round(result.seconds, 4), "next": offset + len(result.rows) if more else None}
+
+
+@bp.get("/host-maps")
+@takes("job")
+def host_maps():
+    return jsonify({"attached": [dict(a, attached_at=a["attached_at"].isoformat() if a["attached_at"] else None)
+                                 for a in session().catalog.dumps.attached(request.args.get("job") or None)]})
+
+
+@bp.post("/host-maps")
+@takes()
+def attach_host_map():
+    """Attach a host map (the multipart 'file' part; fields 'job', optional 'attempt' and 'kind') to attempts
+    in the lake: frlake hosts attach."""
+    require_token()
+    form = request.form
+    job = (form.get("job") or "").strip()
+    attempt_text = (form.get("attempt") or "").strip()
+    if not job:
+        raise ApiError(400, "bad_request", "say which job the host map is of (the 'job' field)")
+    if attempt_text and not attempt_text.isdigit():
+        raise ApiError(400, "bad_request", f"the attempt field must be a whole number, not {attempt_text!r}")
+    upload = request.files.get("file")
+    if upload is None or not upload.filename:
+        raise ApiError(400, "bad_request", "choose the host map to attach (the 'file' part of a multipart/form-data "
+                                           "request)")
+    from frlake.ingest import hostmaps
+
+    data = upload.stream.read(hostmaps.MAX_BYTES + 1)
+    try:
+        attach_id, diagnoses = session().attach_host_map(
+            f"upload:{upload.filename}", data, job, int(attempt_text) if attempt_text else None,
+            form.get("kind") or None)
+    except FrlakeError as exc:
+        raise ApiError(422, "bad_host_map", str(exc)) from None
+    return jsonify({"attach_id": attach_id, "attempts": [
+        {"job": d.job, "attempt": d.attempt, "verdict": d.verdict.value, "summary": d.summary,
+         "hosts_known": d.hosts_known} for d in diagnoses]})
+
+
+@bp.delete("/host-maps/<attach_id>")
+@takes()
+def detach_host_map(attach_id: str):
+    require_token()
+    try:
+        diagnoses = session().detach_hosts(attach_id)
+    except FrlakeError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    return jsonify({"detached": attach_id, "attempts": [
+        {"job": d.job, "attempt": d.attempt, "verdict": d.verdict.value, "summary": d.summary} for d in diagnoses]})
 
 
 @bp.post("/dumps")
