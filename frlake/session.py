@@ -821,10 +821,15 @@ class Frlake:
         if name not in REPORTS:
             raise FrlakeError(f"unknown report {name!r}; choose one of {', '.join(REPORTS)}")
         spec = REPORTS[name]
+        window = window or Window()
         if con is not None:
-            return spec.run(con, window or Window(), limit, **params)
-        with self._connection(catalog_views=spec.views, lake_tables=spec.tables) as own:
-            return spec.run(own, window or Window(), limit, **params)
+            rows = spec.run(con, window, limit, **params)
+        else:
+            with self._connection(catalog_views=spec.views, lake_tables=spec.tables) as own:
+                rows = spec.run(own, window, limit, **params)
+        if spec.by_host:  # how much of the window's history a report of hosts can see
+            rows.coverage = self.catalog.dumps.host_coverage(*window.bounds_ns())
+        return rows
 
 
 _worker_session: Frlake | None = None  # in a diagnosis worker: its session, kept from batch to batch

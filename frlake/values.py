@@ -44,6 +44,16 @@ class ReportRows(list[Row]):
     def __init__(self, rows: list[Row], columns: list[str]):
         super().__init__(rows)
         self.columns = columns
+        # a report of hosts: {"attempts", "hosts_known", "share"} of the window (None: not one)
+        self.coverage: dict | None = None
+
+    def coverage_words(self) -> str | None:
+        c = self.coverage
+        if not c or not c["attempts"]:
+            return None
+        return (f"hosts known for {c['share']:.0%} of the attempts in the window ({c['hosts_known']} of "
+                f"{c['attempts']}); the others' dumps name no host (frlake hosts attach adds one)"
+                if c["hosts_known"] < c["attempts"] else None)
 
 
 def deep_plain(value: object) -> object:

@@ -69,6 +69,9 @@ def test_a_flat_folder_per_attempt_ingests_whole_and_diagnoses_as_its_host_folde
         assert _verdicts(fl, flat_names=True) == verdicts
         d = fl.stored_diagnosis("dead-rank-attempt-0", 0)
         assert {c.host for c in d.culprits} == {None}
+        flaky = fl.report("flaky-hosts")
+        assert list(flaky) == [] and flaky.coverage == {"attempts": 30, "hosts_known": 0, "share": 0.0}
+        assert flaky.coverage_words().startswith("hosts known for 0% of the attempts in the window (0 of 30)")
         assert d.hosts_known == {"ranks": 7, "known": 0, "from": {}}
         assert any(n.startswith("host unknown for 7 of 7 dumped ranks") for n in d.notes)
         assert "an unknown host" in d.summary
@@ -256,7 +259,9 @@ def test_hosts_attached_after_the_fact_are_followed_and_can_be_undone(tmp_path):
     with Frlake.open(lake) as fl:
         d = fl.stored_diagnosis("straggler", 0)
         assert d.culprits[0].host == "gpu-2" and d.hosts_known["from"] == {"attached": 8}
-        assert [r["host"] for r in fl.report("flaky-hosts")] == ["gpu-2"]
+        flaky = fl.report("flaky-hosts")
+        assert [r["host"] for r in flaky] == ["gpu-2"] and flaky.coverage["share"] == 1.0
+        assert flaky.coverage_words() is None  # every attempt's hosts known: nothing to say
         again, _ = fl.attach_hosts(table, "straggler")  # the same map again: once
         assert again == attach_id and len(fl.catalog.dumps.attached()) == 1
     listed = CliRunner().invoke(app, ["--lake", lake, "hosts", "list", "-f", "json"])
@@ -298,7 +303,7 @@ def test_a_host_map_attached_through_the_api(tmp_path):
     assert [a["attach_id"] for a in client.get("/api/host-maps").get_json()["attached"]] == [body["attach_id"]]
     bad = client.post("/api/host-maps", headers=origin, content_type="multipart/form-data",
                       data={"job": "straggler", "file": (io.BytesIO(b"rank,host\n0\n"), "hosts.csv")})
-    assert bad.status_code == 422 and bad.get_json()["code"] == "bad_host_map"
+    assert bad.status_code == 422 and bad.get_json()["error"]["code"] == "bad_host_map"
     gone = client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin)
     assert gone.status_code == 200 and "gpu-2" not in gone.get_json()["attempts"][0]["summary"]
     assert client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin).status_code == 404

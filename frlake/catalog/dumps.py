@@ -112,6 +112,26 @@ class Dumps(Store):
                         "traceback": f.traceback, "root_cause": f.root_cause, "path": f.path})
         return out
 
+    def host_coverage(self, since_ns: int | None, until_ns: int | None) -> dict:
+        """Of the attempts started in [since_ns, until_ns): how many there are and how many have every
+        dump's host known (from its place, a host map beside it, or one attached since): what a host report
+        covers. An attempt with no start time is counted when the window is open."""
+        from sqlalchemy import and_, exists
+
+        where = []
+        if since_ns is not None:
+            where.append(Attempt.started_ns >= since_ns)
+        if until_ns is not None:
+            where.append(Attempt.started_ns < until_ns)
+        unknown = exists().where(Dump.attempt_id == Attempt.id, Dump.host.is_(None),
+                                 ~exists().where(HostClaim.attempt_id == Attempt.id, HostClaim.rank == Dump.rank))
+        with self.session() as s:
+            total, missing = s.execute(
+                select(func.count(Attempt.id), func.count(Attempt.id).filter(unknown))
+                .where(and_(True, *where))).one()
+        return {"attempts": total, "hosts_known": total - missing,
+                "share": round((total - missing) / total, 4) if total else None}
+
     # -- host maps attached after the fact (frlake hosts attach) ----------------
     def attach_hosts(self, job: str, attempt: int | None, hosts: dict[int, str], path: str,
                      attach_id: str) -> list[tuple[str, int]]:

@@ -115,6 +115,9 @@ def report_command(
         emit_rows(columns, table, out, title=REPORTS[name.value].title if out is Format.table else None)
     if not rows:  # why, on stderr: what the report's page says (standard output stays the format's)
         err_console.print(REPORTS[name.value].empty, highlight=False, markup=False, soft_wrap=True)
+    covered = getattr(rows, "coverage_words", lambda: None)()
+    if covered:  # a report of hosts sees only the attempts whose hosts are known: said on stderr
+        err_console.print(covered, highlight=False, markup=False, soft_wrap=True)
 
 
 def _cell(value):

@@ -212,6 +212,8 @@ class Report:
     # Tested on every engine (frlake.engines): the SQL alone, portable. The others run on DuckDB only.
     portable: bool = True
     empty: str = "no row in this window"  # why it has no row: the page and the command say the same
+    # a report of hosts: it says how much of the window's history has its hosts known (Dumps.host_coverage)
+    by_host: bool = False
 
     def statement(self, limit: int | None = None) -> str:
         return self.sql + (f" LIMIT {int(limit)}" if limit else "")
@@ -244,7 +246,8 @@ def _drain(con: duckdb.DuckDBPyConnection, window: Window, limit: int | None = N
 REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("flaky-hosts", FLAKY_HOSTS, "Flaky hosts", "Which hosts should we drain?",
            ("host", "score", "attempts", "culprit_attempts", "rate", "by_reason"), "hosts.html", "Hosts",
-           views=(*REPORT_VIEWS, "attempt_hosts"), finish=_by_reason_dict, empty="no host took part in an attempt in this window"),
+           views=(*REPORT_VIEWS, "attempt_hosts"), finish=_by_reason_dict, empty="no host took part in an attempt in this window",
+           by_host=True),
     Report("slow-ranks", SLOW_RANKS, "Slow ranks", "Is this rank always slow, and on which host?",
            ("job", "rank", "host", "lateness_ms", "p90_ms", "last_share", "straggler_attempts", "attempts_affected"),
            "slow_ranks.html", "Slow ranks", empty="no rank keeps arriving late in this window"),
@@ -257,15 +260,15 @@ REPORTS: dict[str, Report] = {r.name: r for r in (
     Report("causes", CAUSES, "Host or code?", "Was this incident the host or the code (a judgement from history)?",
            ("job", "attempt", "verdict", "call", "culprit_host", "confidence", "culprit_rank", "host_incidents",
             "host_attempts", "stall_incidents", "stall_hosts"), "causes.html", "Causes",
-           views=CAUSE_VIEWS, finish=cause_finish, empty="no attempt stopped or straggled in this window"),
+           views=CAUSE_VIEWS, finish=cause_finish, empty="no attempt stopped or straggled in this window", by_host=True),
     Report("drain", "", "Drain list", "Which hosts should we avoid or exclude now, and why?",
            ("host", "action", "score", "incidents", "attempts_used", "gpus"), "drain.html", "Drain",
            views=("attempts", "culprits", "attempt_hosts"), compute=_drain, portable=False,
-           empty="no host holds a root cause in this window"),
+           empty="no host holds a root cause in this window", by_host=True),
     Report("slow-links", SLOW_LINKS, "Slow links", "Which hosts' collectives take longer, though they arrive on time?",
            ("host", "verdict", "slowdown", "confidence", "slow_collectives", "collectives", "attempts",
             "watchdog_lag_ms"), "slow_links.html", "Slow links", views=("attempts",), tables=("host_links",),
            finish=slow_link_verdict,
            empty="no dump with timing (duration_ms) in this window: slow links need NCCL's timing "
-                 "(TORCH_NCCL_ENABLE_TIMING=1) and sibling groups to compare"),
+                 "(TORCH_NCCL_ENABLE_TIMING=1) and sibling groups to compare", by_host=True),
 )}

@@ -192,7 +192,8 @@ def report(name: str):
         explained = _drain_explained(all_rows, request.args["explain"])
     table_id = spec.page.removesuffix(".html").replace("_", "-")  # the page's table: hosts, slow-ranks, hangs
     return respond(spec.page, [Export(table_id, columns, [[r.get(c) for c in columns] for r in rows])],
-                   rows=rows, filters=request.args, report=spec, facets=facets, explained=explained)
+                   rows=rows, filters=request.args, report=spec, facets=facets, explained=explained,
+                   coverage=all_rows.coverage_words() if hasattr(all_rows, "coverage_words") else None)
 
 
 def _drain_explained(rows, host: str) -> dict:
