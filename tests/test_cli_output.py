@@ -240,7 +240,7 @@ def test_ingest_lists_the_attempts_it_diagnosed_with_their_root_causes(tmp_path)
     assert "diagnosed" not in again.output  # nothing new, nothing diagnosed
 
 
-@pytest.mark.parametrize("group", [[], ["db"]])
+@pytest.mark.parametrize("group", [[], ["db"], ["hosts"]])
 def test_the_list_of_commands_gives_each_one_line_at_80_columns(group):
     """The first screen a new user reads: each command and its summary on one line, none cut."""
     result = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "80"})
@@ -249,9 +249,9 @@ def test_the_list_of_commands_gives_each_one_line_at_80_columns(group):
     panel = result.output.split("Commands:")[1].splitlines()[1:]
     rows = [line.strip() for line in panel if line.strip()]
     names = [row.split()[0] for row in rows]
-    expected = (["upgrade", "downgrade", "current"] if group else
+    expected = ({"db": ["upgrade", "downgrade", "current"], "hosts": ["attach", "detach", "list"]}[group[0]] if group else
                 ["ingest", "query", "files", "jobs", "diagnose", "rediagnose", "entries", "report", "forget", "compact",
-                 "trace", "serve", "db"])
+                 "trace", "serve", "db", "hosts"])
     assert names == expected, rows  # a summary that wrapped would start a row of its own
     assert all(len(row.split(maxsplit=1)) == 2 for row in rows), rows
 
