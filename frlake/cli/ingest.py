@@ -58,7 +58,7 @@ def exit_status(summary) -> int:
     """The exit status of an ingest that ran to its end (EXIT_* above)."""
     if not summary.rejected:
         return EXIT_OK
-    if summary.ingested or summary.already_present or summary.unchanged:
+    if summary.ingested or summary.already_present or summary.unchanged or summary.host_maps:
         return EXIT_SOME_REJECTED
     return EXIT_ALL_REJECTED
 
@@ -178,6 +178,9 @@ def _print_summary(summary) -> None:
                       highlight=False)
     console.print(f"  already present {summary.already_present}, unchanged {summary.unchanged}, "
                   f"rejected [bold]{summary.rejected}[/]", highlight=False)
+    if summary.host_maps:
+        console.print(f"  {summary.host_maps} host map(s) read beside the dumps (frlake files lists what each holds)",
+                      highlight=False)
     if summary.skipped_rejected:
         console.print(f"  {summary.skipped_rejected} files rejected before were skipped unread (unchanged, and "
                       "nothing this run would judge differently); retry them with --retry-rejected")
