@@ -307,3 +307,20 @@ def test_a_host_map_attached_through_the_api(tmp_path):
     gone = client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin)
     assert gone.status_code == 200 and "gpu-2" not in gone.get_json()["attempts"][0]["summary"]
     assert client.delete(f"/api/host-maps/{body['attach_id']}", headers=origin).status_code == 404
+
+
+def test_the_commands_say_an_unknown_host(tmp_path):
+    folder = tmp_path / "nfs" / "strag"
+    folder.mkdir(parents=True)
+    for p in sorted((GENUINE / "straggler" / "straggler" / "attempt-0").rglob("rank_*")):
+        shutil.copy(p, folder / f"nccl_trace_{p.name.split('.')[0]}")
+    from typer.testing import CliRunner
+
+    from frlake.cli.main import app
+    lake = str(tmp_path / "lake")
+    said = " ".join(CliRunner().invoke(app, ["--lake", lake, "ingest", str(tmp_path / "nfs")]).output.split())
+    assert "rank 5 on an unknown host" in said and "?" not in said.split("root cause")[-1]
+    said = " ".join(CliRunner().invoke(app, ["--lake", lake, "diagnose", "strag"]).output.split())
+    assert "Root cause: rank 5 on an unknown host (straggler)" in said
+    listed = json.loads(CliRunner().invoke(app, ["--lake", lake, "jobs", "-f", "json"]).output)
+    assert [(r["root_cause"], r["hosts"]) for r in listed] == [("rank 5 on an unknown host (straggler)", [])]

@@ -40,7 +40,8 @@ class Attempts(Store):
             for name, number, started, ended, last_seen, n, attempt_id in rows:
                 m = members.get(attempt_id, [])
                 out.append(
-                    AttemptInfo(name, number, n, tuple(sorted({h for _, h in m})), tuple(sorted({r for r, _ in m})),
+                    AttemptInfo(name, number, n, tuple(sorted({h for _, h in m if h is not None})),
+                                tuple(sorted({r for r, _ in m})),
                                 started, ended, last_seen)
                 )
             return out
@@ -63,7 +64,7 @@ class Attempts(Store):
             hosts: dict[int, set[str]] = {}
             for chunk in chunks([r[10] for r in rows]):
                 for attempt_id, h in s.execute(
-                    select(Dump.attempt_id, Dump.host).where(Dump.attempt_id.in_(chunk)).distinct()
+                    select(Dump.attempt_id, Dump.host).where(Dump.attempt_id.in_(chunk), Dump.host.is_not(None)).distinct()
                 ):
                     hosts.setdefault(attempt_id, set()).add(h)
             out = [

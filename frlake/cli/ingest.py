@@ -216,7 +216,7 @@ def _print_diagnosed(diagnosed: list[Brief]) -> None:
         roots = [c for c in d.culprits if c.role == "root"]
         suspects = [] if roots else [c for c in d.culprits if c.role == "suspect"]
         roots = roots or suspects
-        cause = ", ".join(f"rank {c.rank} on {c.host or ' or '.join(c.hosts_claimed or ['?'])}"
+        cause = ", ".join(f"rank {c.rank} on {c.host or ' or '.join(c.hosts_claimed or ['an unknown host'])}"
                           f"{' (inferred)' if c.host_inferred else ''}"
                           for c in roots[:2])
         if suspects:
