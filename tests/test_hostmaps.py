@@ -324,3 +324,18 @@ def test_the_commands_say_an_unknown_host(tmp_path):
     assert "Root cause: rank 5 on an unknown host (straggler)" in said
     listed = json.loads(CliRunner().invoke(app, ["--lake", lake, "jobs", "-f", "json"]).output)
     assert [(r["root_cause"], r["hosts"]) for r in listed] == [("rank 5 on an unknown host (straggler)", [])]
+
+
+def test_a_host_map_is_claimed_once_however_many_chunks_and_workers_read_its_dumps(tmp_path):
+    folder = tmp_path / "nfs" / "straggler" / "attempt-0"
+    folder.mkdir(parents=True)
+    for p in sorted((GENUINE / "straggler" / "straggler" / "attempt-0").rglob("rank_*")):
+        shutil.copy(p, folder / f"nccl_trace_{p.name.split('.')[0]}")
+    (folder / "hosts.csv").write_text("".join(f"{r},node-{r // 2}\n" for r in range(8)))
+    with Frlake.open(tmp_path / "lake") as fl:
+        summary = fl.ingest([tmp_path / "nfs"], IngestOptions(workers=2, chunk_files=1))
+        assert (summary.ingested, summary.host_maps, summary.rejected) == (8, 1, 0)
+        claims, _ = fl.catalog.dumps.host_sources([("straggler", 0)])[("straggler", 0)]
+        assert sorted((c["rank"], c["host"]) for c in claims) == [(r, f"node-{r // 2}") for r in range(8)]
+        con = fl.connect()
+        assert con.execute("SELECT count(*) FROM dumps WHERE host IS NULL").fetchone()[0] == 0

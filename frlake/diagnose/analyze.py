@@ -120,10 +120,11 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
                                         f"unexplained late arrivals (p = {slow.p_value:.2g} that jitter alone does "
                                         f"this; {slow.effect_size:g} robust sd above the other ranks); its "
                                         f"lateness adds up to {slow.share:.0%} of the time the collectives span")]
+    died_of = {f["rank"]: f for f in diag.launcher_failures}
     for c in diag.culprits:
         if c.rank in inferred:
             c.host_inferred, c.host_placement = True, inferred[c.rank]
-        died = next((f for f in diag.launcher_failures if f["rank"] == c.rank), None)
+        died = died_of.get(c.rank)
         if died is not None:
             c.died = died
             c.detail = ((c.detail + "; ") if c.detail else "") + f"the launcher says it {died['words']}"
@@ -163,7 +164,7 @@ def _host_sources(diag: Diagnosis, ev: Evidence, claims: list[dict], filled: dic
     if len(known) < len(ev.hosts):
         diag.notes.append(f"host unknown for {len(ev.hosts) - len(known)} of {len(ev.hosts)} dumped ranks: no host "
                           "folder, host map or attached map names it (frlake hosts attach adds one)")
-    diag.host_disputes = launcher.disputes(ev.hosts, claims, filled)
+    diag.host_disputes = launcher.disputes(ev.hosts, ranks, filled)
     note = launcher.dispute_note(diag.host_disputes)
     if note:
         diag.notes.append(note)

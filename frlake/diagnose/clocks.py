@@ -22,9 +22,10 @@ Two things in the dumps bound it, and both are used:
 
 A domain is corrected, by its alignment estimate kept inside ``[lo, hi]``, when causality demands it: when an
 unshifted clock would have the others finish collectives before it arrived, or it finish before they did, by
-more than MIN_SHIFT_NS (0 that far outside ``[lo, hi]``: nearer, it is the hosts' own jitter, and a straggler's
-host, whose lateness the others' done times barely cover, would be corrected for its rank's slowness). Or when it completes none of its collectives (others are still on their way when it
-arrives) and its estimate is clear of its spread: late or early, it costs nobody anything, and its lateness
+more than MIN_SHIFT_NS (0 that far outside ``[lo, hi]``: nearer, it is the hosts' own jitter, and a
+straggler's host, whose lateness the others' done times barely cover, would be corrected for its rank's
+slowness). Or when it completes none of its collectives (others are still on their way when it arrives) and
+its estimate is clear of its spread: late or early, it costs nobody anything, and its lateness
 would only blur whose lateness does. A rank that is late because it *is* slow (a straggler) breaks
 no causality (the others wait for it), so its lateness is never corrected away; a host whose skew is
 smaller than the gaps between its collectives cannot be told from a slow one, and is not corrected. Each

@@ -29,9 +29,8 @@ def exit_words(exitcode: int | None, message: str | None = None) -> str:
     if exitcode is None:
         return "exit unknown"
     if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
+        name = _signal_name(exitcode)
+        if name is None:
             return f"exit {exitcode} (signal {-exitcode})"
         means = _SIGNAL_MEANS.get(name)
         text = f"exit {exitcode} ({name}{'; ' + means if means else ''})"
@@ -103,10 +102,9 @@ def source_of(rank: int, host: str | None, claims: list[dict], filled: dict[int,
     return next((c["source"] for c in claims if c["host"] == host), "dump's place")
 
 
-def disputes(hosts: dict[int, str | None], claims: list[dict], filled: dict[int, str]) -> list[dict]:
-    """The ranks whose sources name more than one host: [{"rank", "host" (the one used), "used" (its source),
-    "claims": [{"host", "source", "path"}]}]."""
-    ranks = by_rank(claims)
+def disputes(hosts: dict[int, str | None], ranks: dict[int, list[dict]], filled: dict[int, str]) -> list[dict]:
+    """The ranks whose sources (``ranks``: each rank's claims, :func:`by_rank`) name more than one host:
+    [{"rank", "host" (the one used), "used" (its source), "claims": [{"host", "source", "path"}]}]."""
     out = []
     for rank in sorted(ranks):
         used = hosts.get(rank)

@@ -292,6 +292,8 @@ def deal(nodes: str, per_node: str | None, tasks: str | None, distribution: str)
 #     error_file: <N/A>
 #     traceback : Signal 9 (SIGKILL) received by PID 12345
 _FIELD = re.compile(r"\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)")
+_ENTRY = re.compile(r"\[\d+\]:")  # "[1]:", the head of one failed worker's entry
+_RULE = re.compile(r"\s*(-{10,}|={10,})\s*")  # the summary's rules between its parts
 _RANK = re.compile(r"(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
 _EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
 
@@ -320,7 +322,7 @@ def torchrun_failures(text: str) -> list[Failure]:
         elif stripped.startswith("Failures:") or stripped.endswith("FAILED"):
             close()
             current, root = None, False
-        elif re.fullmatch(r"\[\d+\]:", stripped):
+        elif _ENTRY.fullmatch(stripped):
             close()
             current = {}
         elif current is not None:
@@ -329,12 +331,13 @@ def torchrun_failures(text: str) -> list[Failure]:
                 key, value = m.group(1), m.group(2).strip()
                 if key == "traceback":  # runs to the summary's next rule or entry
                     tb = [value]
-                    while i + 1 < len(lines) and not re.fullmatch(r"\s*(-{10,}|={10,}|\[\d+\]:)\s*", lines[i + 1]):
+                    while i + 1 < len(lines) and not (_RULE.fullmatch(lines[i + 1])
+                                                      or _ENTRY.fullmatch(lines[i + 1].strip())):
                         i += 1
                         tb.append(lines[i].rstrip())
                     value = "\n".join(tb).strip()
                 current[key] = value
-            elif re.fullmatch(r"\s*(-{10,}|={10,})\s*", line):
+            elif _RULE.fullmatch(line):
                 close()
                 current = None
         i += 1
@@ -411,10 +414,6 @@ class HostMaps:
         self._folders[folder] = found
         return found
 
-    def claims(self, path: str, rank: int) -> list[tuple[HostMap, str]]:
-        """Every host map's word on ``rank`` of the dump at ``path``: (map, host), the deciding one first."""
-        return [(m, m.hosts[rank]) for m in self.maps(path) if rank in m.hosts]
-
-    def host(self, path: str, job: str, attempt: int, rank: int) -> str | None:
-        claims = self.claims(path, rank)
-        return claims[0][1] if claims else None
+    def host(self, path: str, rank: int) -> str | None:
+        """The host the deciding host map names for ``rank`` of the dump at ``path`` (None: none names it)."""
+        return next((m.hosts[rank] for m in self.maps(path) if rank in m.hosts), None)

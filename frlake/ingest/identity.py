@@ -285,7 +285,7 @@ class IdentityResolver:
             )
         job, attempt = _as_name(found["job"], "job"), _as_int(found["attempt"], "attempt")
         if "host" not in found and self.hostmaps is not None and rank is not None:
-            found["host"] = self.hostmaps.host(path, job, attempt, rank)
+            found["host"] = self.hostmaps.host(path, rank)
         host = found.get("host")
         return Identity(job=job, attempt=attempt, host=None if host is None else _as_name(host, "host"), rank=rank)
 

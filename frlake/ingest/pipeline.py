@@ -184,6 +184,9 @@ class _Run:
         self.spill_dir = lake.staging / "members"  # archive members, unpacked one at a time
         self.spilled: set[str] = set()  # spill files not yet released
         self.options_key = options.identity.key()
+        # the host maps whose claims this run committed, (job, attempt, path): a later chunk of the same
+        # attempt finds them again, and they are not sent (nor checked against the catalog) twice
+        self.maps_committed: set[tuple[str, int, str]] = set()
 
     # -- scanning -------------------------------------------------------------
     def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
@@ -521,11 +524,13 @@ class _Run:
         files = [Staged(Path(s.staged), LakeFileSpec(s.table, s.rel_path, s.job, s.attempt, s.rows, s.bytes))
                  for s in result.staged]
         records = self._stamped(result.files)
+        claims = sorted((c for c in result.claims if (c[0], c[1], c[6]) not in self.maps_committed), key=repr)
+        failures = {k: f for k, f in result.failures.items() if (k[0], k[1], k[3]) not in self.maps_committed}
         publish(self.lake, self.catalog, self.summary.run_id, files,
                 lambda ids: self.catalog.dumps.commit(self.summary.run_id, result.dumps, records, sorted(new_stacks),
                                                       sorted(result.touched), also=lambda s: mark_publishing(s, ids),
-                                                      claims=sorted(result.claims, key=repr),
-                                                      failures=result.failures))
+                                                      claims=claims, failures=failures))
+        self.maps_committed.update(result.maps_seen)
         self.touched.update((d.job, d.attempt) for d in result.dumps)
         self.touched.update(result.touched)
         log.debug("batch %d: %d dumps, %d Parquet files committed", result.batch, len(result.dumps), len(result.staged))

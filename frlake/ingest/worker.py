@@ -248,7 +248,7 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
     chunk's Parquet files are then still being written when this returns, so
     that the next chunk is read meanwhile; :func:`finish_chunk` waits for them."""
     lake = Lake(ctx.lake_root, ctx.staging)
-    resolver = IdentityResolver(ctx.identity, hostmaps.HostMaps(list(ctx.roots)) if ctx.roots else None)
+    resolver = IdentityResolver(ctx.identity, _run_hostmaps(ctx))
     result = ChunkResult(batch=batch)
     loaded: list[tuple[Source, bytes | None, str | None]] = []
     for src in sources:
@@ -385,6 +385,20 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
             )
             continue
         result.files.append(FileRecord(src.key, src.size, src.mtime_ns, sha, "rejected", reason, safe_text(detail)))
+
+
+_hostmaps_of_run: tuple[str, hostmaps.HostMaps] | None = None  # this process' current run's (token, maps)
+
+
+def _run_hostmaps(ctx: WorkerContext) -> hostmaps.HostMaps | None:
+    """The host maps of the run, kept from chunk to chunk (each folder's read once a run, not once a chunk:
+    a 16,384-rank job's hosts.csv would be parsed for every chunk of its dumps)."""
+    global _hostmaps_of_run
+    if not ctx.roots:
+        return None
+    if _hostmaps_of_run is None or _hostmaps_of_run[0] != ctx.token:
+        _hostmaps_of_run = (ctx.token, hostmaps.HostMaps(list(ctx.roots)))
+    return _hostmaps_of_run[1]
 
 
 def _host_claims(resolver: IdentityResolver, path: str, ident: Identity, result: ChunkResult) -> None:
