@@ -57,44 +57,23 @@ DOMAINS = """
     SELECT rank, host, dense_rank() OVER (ORDER BY host IS NULL, coalesce(host, '#' || rank::VARCHAR)) - 1 AS dom
     FROM {dumps}
 """
-# Per clock domain and collective instance (numbered 0 ..): its members' last arrival, their earliest done time
-# (the watchdog's completion, else, where collectives block (``sync``), the rank's next entry, unless that is
-# one more op of the same coalesced block) and whether any was a completion. Only the groups whose members
-# have more than one clock, and of each at most SAMPLE instances: the offsets are medians and quantiles, which
-# a few hundred collectives settle as well as all of them (at 16,384 ranks, all of them are 16M calls).
-CLOCK_ROWS = """
-    WITH dom AS ({domains}),
-    spanning AS (
-      SELECT g.pg_name FROM {rank_groups} g JOIN dom USING (rank)
-      WHERE NOT g.is_p2p GROUP BY g.pg_name HAVING min(dom) < max(dom)
-    ),
-    picked AS (
-      SELECT pg_name, seq FROM (
-        SELECT pg_name, seq, row_number() OVER (PARTITION BY pg_name ORDER BY seq) - 1 AS i,
-               count(*) OVER (PARTITION BY pg_name) AS n
-        FROM {instances} SEMI JOIN spanning USING (pg_name))
-      WHERE i % ((n + $sample - 1) // $sample) = 0
-    ),
-    c AS (
-      SELECT c.rank, c.pg_name, c.seq, c.entry_index, c.t, c.t_done, c.sync
-      FROM {late} c SEMI JOIN picked USING (pg_name, seq)
-    ),
-    -- the next entries of the calls that need them (none where the watchdog's completions are there: then the
-    -- entries are not read again)
-    nxt AS (
-      SELECT n.rank, n.entry_index - 1 AS entry_index, n.t, n.is_p2p, n.pg_name, n.seq
-      FROM {entries} n SEMI JOIN (SELECT rank, entry_index + 1 AS entry_index FROM c
-                                  WHERE c.sync AND coalesce(c.t_done, 0) = 0) USING (rank, entry_index)
-    )
-    SELECT dom.dom, dense_rank() OVER (ORDER BY c.pg_name, c.seq) - 1 AS instance, max(c.t) AS last,
-           min(coalesce(nullif(c.t_done, 0), CASE WHEN c.sync THEN n.t END)) AS done,
-           bool_or(c.t_done > 0) AS completion
-    FROM c JOIN dom USING (rank)
-      LEFT JOIN nxt n ON n.rank = c.rank AND n.entry_index = c.entry_index
-                     AND (n.is_p2p OR n.pg_name IS DISTINCT FROM c.pg_name OR n.seq IS DISTINCT FROM c.seq)
-    GROUP BY dom.dom, c.pg_name, c.seq ORDER BY 1, 2
+# The calls the estimate reads: of the groups whose members have more than one clock, every ``step``-th
+# sequence id (at most about SAMPLE instances of each, evenly spread): the offsets are medians and quantiles,
+# which a few hundred collectives settle as well as all of them (at 16,384 ranks, all of them are 16M calls).
+# A call's done time is the watchdog's completion, else, where collectives block (``sync``), the rank's next
+# entry (NEXT_CALLS: read only for the calls that need it), unless that is one more op of the same coalesced block.
+SAMPLED_CALLS = """
+    WITH step AS (SELECT unnest($groups) AS pg_name, unnest($steps) AS step, generate_subscripts($groups, 1) - 1 AS g)
+    SELECT c.rank, step.g, c.seq, c.entry_index, c.t, nullif(c.t_done, 0) AS done,
+           c.sync AND coalesce(c.t_done, 0) = 0 AS needs_next
+    FROM {late} c JOIN step USING (pg_name) WHERE c.seq % step.step = 0
 """
-
+NEXT_CALLS = """
+    WITH want AS (SELECT unnest($ranks) AS rank, unnest($entries) AS entry_index, unnest($groups) AS pg_name,
+                         unnest($seqs) AS seq, generate_subscripts($ranks, 1) - 1 AS row)
+    SELECT w.row, n.t FROM want w JOIN {entries} n ON n.rank = w.rank AND n.entry_index = w.entry_index + 1
+    WHERE n.is_p2p OR n.pg_name IS DISTINCT FROM w.pg_name OR n.seq IS DISTINCT FROM w.seq
+"""
 
 @dataclass
 class ClockOffset:
@@ -139,23 +118,43 @@ def _row(o: ClockOffset) -> dict:
 def estimate(con: duckdb.DuckDBPyConnection, rel: Relations, late: str) -> Clocks:
     """The attempt's clock domains and their offsets (see the module's docstring), from its relations and its
     calls' lateness (``late``: frlake.diagnose.straggler's LATENESS)."""
-    domains = DOMAINS.format(dumps=rel.dumps)
     names: dict[int, tuple[str | None, list[int]]] = {}
-    for rank, host, d in con.execute(f"SELECT * FROM ({domains}) ORDER BY rank").fetchall():
+    of_rank: dict[int, int] = {}
+    for rank, host, d in con.execute(f"SELECT * FROM ({DOMAINS.format(dumps=rel.dumps)}) ORDER BY rank").fetchall():
         names.setdefault(d, (host, []))[1].append(rank)
+        of_rank[rank] = d
     if len(names) < 2:
         return Clocks([], "")
-    rows = con.execute(CLOCK_ROWS.format(domains=domains, rank_groups=rel.rank_groups, instances=rel.instances,
-                                         late=late, entries=rel.entries), {"sample": SAMPLE}).fetchnumpy()
-    if len(rows["dom"]) == 0:
+    # the groups whose members have more than one clock, and how many instances each has
+    seen: dict[str, set[int]] = {}
+    for rank, pg in con.execute(f"SELECT rank, pg_name FROM {rel.rank_groups} WHERE NOT is_p2p").fetchall():
+        if rank in of_rank:
+            seen.setdefault(pg, set()).add(of_rank[rank])
+    sizes = con.execute(f"SELECT pg_name, count(*) FROM {rel.instances} GROUP BY pg_name ORDER BY pg_name").fetchall()
+    spanning = [(pg, n) for pg, n in sizes if len(seen.get(pg, ())) > 1]
+    if not spanning:
         return Clocks([], "")
-    dom = rows["dom"].astype(np.int64)
-    inst = rows["instance"].astype(np.int64)
-    last = rows["last"].astype(np.float64)
-    done = np.ma.asarray(rows["done"]).astype(np.float64).filled(np.nan)
+    groups = [pg for pg, _ in spanning]
+    calls = con.execute(SAMPLED_CALLS.format(late=late),
+                        {"groups": groups, "steps": [-(-n // SAMPLE) for _, n in spanning]}).fetchnumpy()
+    if len(calls["rank"]) == 0:
+        return Clocks([], "")
+    done = np.ma.asarray(calls["done"]).astype(np.float64).filled(np.nan)
+    completion = ~np.isnan(done)
+    wanted = np.flatnonzero(np.asarray(calls["needs_next"], dtype=bool))
+    if len(wanted):
+        nxt = con.execute(NEXT_CALLS.format(entries=rel.entries),
+                          {"ranks": calls["rank"][wanted].tolist(), "entries": calls["entry_index"][wanted].tolist(),
+                           "groups": [groups[g] for g in calls["g"][wanted]],
+                           "seqs": calls["seq"][wanted].tolist()}).fetchnumpy()
+        done[wanted[nxt["row"].astype(np.int64)]] = nxt["t"].astype(np.float64)
+    dom_of = np.full(max(of_rank) + 1, -1, dtype=np.int64)
+    dom_of[list(of_rank)] = list(of_rank.values())
+    dom, inst, last, done = _per_domain(dom_of[calls["rank"].astype(np.int64)], calls["g"].astype(np.int64),
+                                        calls["seq"].astype(np.int64), calls["t"].astype(np.float64), done)
     shared = np.bincount(inst)[inst] > 1  # a collective of one domain bounds nothing
     has_done = ~np.isnan(done)
-    basis = "" if not has_done.any() else "completion" if rows["completion"].any() else "next call"
+    basis = "" if not has_done.any() else "completion" if completion.any() else "next call"
     n = len(names)
     aligned, spread = _align(dom, inst, done, shared & has_done, n)
     # the gate: each domain against the others at their current correction (first their estimates), until no
@@ -183,6 +182,17 @@ def estimate(con: duckdb.DuckDBPyConnection, rel: Relations, late: str) -> Clock
     return Clocks(offsets, basis)
 
 
+def _per_domain(dom, g, seq, t, done) -> tuple[np.ndarray, ...]:
+    """Per clock domain and collective instance (group ``g``'s sequence id ``seq``, numbered 0 .. in that
+    order), ordered by both: the domain, the instance, its members' last arrival and their earliest done time."""
+    _, inst = np.unique(g * (int(seq.max()) + 1) + seq, return_inverse=True)
+    order = np.lexsort((inst, dom))
+    key = (dom * (int(inst.max()) + 1) + inst)[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return (dom[order][starts], inst[order][starts], np.maximum.reduceat(t[order], starts),
+            np.fmin.reduceat(done[order], starts))
+
+
 def _ms(ns: float) -> float:
     return round(float(ns) / 1e6, 3) if np.isfinite(ns) else 0.0
 
@@ -202,16 +212,14 @@ def _align(dom, inst, done, use, n) -> tuple[np.ndarray, np.ndarray]:
     if not use.any():
         return s, spread
     d, i, t = dom[use], inst[use], done[use]
+    present = np.bincount(d, minlength=n) > 0
     for _ in range(ROUNDS):
-        (parts,) = _by_domain(d, n, t - s[d] - _group_median(i, t - s[d]))
-        step = np.array([np.median(p) if len(p) else 0.0 for p in parts])
+        step = _medians(d, t - s[d] - _group_median(i, t - s[d]), n)
         s += step
         if np.max(np.abs(step)) < SETTLED_NS:
             break
-    (parts,) = _by_domain(d, n, t - s[d] - _group_median(i, t - s[d]))
-    for k, mine in enumerate(parts):
-        if len(mine):
-            spread[k] = 1.4826 * np.median(np.abs(mine - np.median(mine)))
+    deviation = t - s[d] - _group_median(i, t - s[d])
+    spread = np.where(present, 1.4826 * _medians(d, np.abs(deviation - _medians(d, deviation, n)[d]), n), 0.0)
     return s - np.median(s), spread
 
 
@@ -243,7 +251,11 @@ def _bounds(dom, inst, last, done, use, s, n) -> tuple[np.ndarray, np.ndarray, n
 
 def _sorted_groups(groups: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows' order by group, then ``key``; where each group starts in it, and its size."""
-    order = np.lexsort((key, groups))
+    if len(groups) and groups.max() < 1 << 16:  # the same order, by numpy's radix sort of 16-bit keys (4x faster)
+        by_key = np.argsort(key)
+        order = by_key[np.argsort(groups[by_key].astype(np.uint16), kind="stable")]
+    else:
+        order = np.lexsort((key, groups))
     g = groups[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     return order, g, starts, np.diff(np.r_[starts, len(g)])
@@ -256,6 +268,15 @@ def _group_median(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
     median = (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
     out = np.empty(len(values))
     out[order] = np.repeat(median, counts)
+    return out
+
+
+def _medians(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """The median of ``values`` in each group 0 .. n - 1 (0 for a group of no rows)."""
+    order, g, starts, counts = _sorted_groups(groups, values)
+    v = values[order]
+    out = np.zeros(n)
+    out[g[starts]] = (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
     return out
 
 
