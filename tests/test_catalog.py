@@ -160,7 +160,7 @@ def test_every_catalog_view_column_has_the_type_of_its_model_column(corpus_lake)
                 "position": pa.int32(), "size": pa.int64()}
     for name in CATALOG_VIEWS:
         table = catalog_table(catalog, name)
-        assert table.num_rows > 0, name
+        assert table.num_rows > 0 or name == "launcher_failures", name  # the corpus has no launcher's log
         for field in table.schema:
             if field.name in expected:
                 assert field.type == expected[field.name], (name, field)

@@ -6,7 +6,9 @@ named in the diagnosis."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -224,6 +226,35 @@ def test_a_rank_torchrun_saw_die_has_its_exit_in_the_diagnosis(tmp_path):
     root = body["root_cause"]
     assert root["rank"] in (1, 2) and root["died"]["exitcode"] == died[root["rank"]]["exitcode"]
     assert f"rank {root['rank']} on localhost died: exit {root['died']['exitcode']} (SIG" in body["text"]
+
+
+def test_a_death_is_timed_against_the_waiting_ranks_dumps_and_named_in_the_causes_call(tmp_path):
+    folder = tmp_path / "nfs" / "torchrun-job"
+    shutil.copytree(SLURM / "torchrun-job", folder)
+    # the dumps' own times are their files' (a checkout's are the checkout's): the waiters dumped 40 s after
+    # the launcher saw rank 1 die (at 09:57:08, its time read as UTC)
+    at = datetime(2026, 12, 7, 9, 57, 48, tzinfo=UTC).timestamp()
+    for rank in (0, 3):
+        os.utime(folder / "attempt-0" / f"nccl_trace_rank_{rank}", (at, at))
+    with Frlake.open(tmp_path / "lake") as fl:
+        fl.ingest([tmp_path / "nfs"])
+        d = fl.stored_diagnosis("torchrun-job", 0)
+        (cause,) = fl.report("causes")
+    root = next(c for c in d.culprits if c.rank == 1)
+    assert root.died["seconds_before_dumps"] == 40.0
+    assert root.died["words"].endswith(", 40 s before the ranks waiting for it wrote their dumps (the launcher's "
+                                       "time read as UTC)")
+    assert (cause["culprit_rank"], cause["culprit_exitcode"], cause["culprit_failed_at"]) == (
+        d.culprits[0].rank, -9 if d.culprits[0].rank == 1 else -15, "2026-12-07_09:57:08")
+    assert f"rank {d.culprits[0].rank} died, its launcher says: exit " in cause["why"]
+    # a launcher in another time zone: the gap would be hours off, and is not given
+    later = at + 5 * 3600
+    for rank in (0, 3):
+        os.utime(folder / "attempt-0" / f"nccl_trace_rank_{rank}", (later, later))
+    with Frlake.open(tmp_path / "lake2") as fl:
+        fl.ingest([tmp_path / "nfs"])
+        root = next(c for c in fl.stored_diagnosis("torchrun-job", 0).culprits if c.rank == 1)
+    assert "seconds_before_dumps" not in root.died and "wrote their dumps" not in root.died["words"]
 
 
 def test_a_file_named_as_a_host_map_that_is_not_one_is_rejected_with_what_is_wrong(tmp_path):

@@ -126,8 +126,8 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
             c.host_inferred, c.host_placement = True, inferred[c.rank]
         died = died_of.get(c.rank)
         if died is not None:
-            c.died = died
-            c.detail = ((c.detail + "; ") if c.detail else "") + f"the launcher says it {died['words']}"
+            c.died = _against_dumps(con, ev, died, [w["rank"] for w in c.waited_by or []])
+            c.detail = ((c.detail + "; ") if c.detail else "") + f"the launcher says it {c.died['words']}"
         if c.rank in claimed:
             c.hosts_claimed = claimed[c.rank]
             c.detail = ((c.detail + "; ") if c.detail else "") + (
@@ -150,6 +150,28 @@ def diagnose_attempt(con: duckdb.DuckDBPyConnection, job: str, attempt: int, *, 
     diag.summary = summary_sentence(diag)
     diag.seconds = round(time.perf_counter() - started, 4)
     return diag
+
+
+def _against_dumps(con: duckdb.DuckDBPyConnection, ev: Evidence, died: dict, waiters: list[int]) -> dict:
+    """A failure with how long before the dumps of the ranks waiting for it (of every dumped rank, where none is
+    named) it came: "40 s before the ranks waiting for it wrote their dumps". The launcher writes its local time
+    without its zone; it is read as UTC, and the gap is given only within MAX_DEATH_GAP_S either way (beyond, the
+    zone is likely another, and the gap would be hours off)."""
+    dumped_ns = con.execute(
+        f"SELECT min(written_ns) FROM {ev.rel.dumps}" + (" WHERE list_contains($ranks, rank)" if waiters else ""),
+        {"ranks": waiters} if waiters else None).fetchone()[0]
+    gap = launcher.seconds_before(died.get("time"), dumped_ns)
+    if gap is None or abs(gap) > MAX_DEATH_GAP_S:
+        return died
+    whose = "the ranks waiting for it" if waiters else "the other ranks"
+    # the launcher's time is to the second
+    when = (f"within a second of when {whose} wrote their dumps" if abs(gap) < 1 else
+            f"{seconds_text(round(abs(gap)))} {'before' if gap >= 0 else 'after'} {whose} wrote their dumps")
+    return {**died, "seconds_before_dumps": round(gap, 3),
+            "words": f"{died['words']}, {when} (the launcher's time read as UTC)"}
+
+
+MAX_DEATH_GAP_S = 1800
 
 
 def _host_sources(diag: Diagnosis, ev: Evidence, claims: list[dict], filled: dict[int, str], failures: list[dict]) -> None:

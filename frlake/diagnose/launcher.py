@@ -8,6 +8,9 @@ name different hosts for one rank, the diagnosis names both and says which it us
 from __future__ import annotations
 
 import signal
+from datetime import UTC, datetime
+
+TIME_FORMAT = "%Y-%m-%d_%H:%M:%S"  # torchelastic's failure summary (its local time, without the zone)
 
 # What an exit says, as torchelastic reports it (a negative exit code: killed by that signal).
 _SIGNAL_MEANS = {
@@ -47,6 +50,18 @@ def died(failure: dict) -> str:
     """One failed worker in words: "died: exit -9 (SIGKILL; ...) at 2024-01-01_12:03:11"."""
     when = f" at {failure['time']} (the launcher's clock)" if failure.get("time") else ""
     return f"died: {exit_words(failure.get('exitcode'), failure.get('message'))}{when}"
+
+
+def seconds_before(failed_at: str | None, later_ns: int | None) -> float | None:
+    """How many seconds ``failed_at`` (the launcher's "2024-01-01_12:03:11", read as UTC) came before
+    ``later_ns``; None when either is unknown or unreadable."""
+    if not failed_at or later_ns is None:
+        return None
+    try:
+        at = datetime.strptime(failed_at, TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return later_ns / 1e9 - at.timestamp()
 
 
 def failures_of(failures: list[dict]) -> list[dict]:

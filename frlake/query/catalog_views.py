@@ -12,7 +12,17 @@ import pyarrow as pa
 from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, Select, String, Text, func, select
 from sqlalchemy.types import TypeEngine
 
-from frlake.catalog.models import Attempt, CulpritRow, Dump, IncidentRow, IngestRun, Job, RankStat, SourceFile
+from frlake.catalog.models import (
+    Attempt,
+    CulpritRow,
+    Dump,
+    IncidentRow,
+    IngestRun,
+    Job,
+    LauncherFailure,
+    RankStat,
+    SourceFile,
+)
 from frlake.catalog.store import Catalog
 
 _ARROW = (  # the most specific SQLAlchemy type first (BigInteger is an Integer)
@@ -107,9 +117,19 @@ def _attempt_hosts() -> Select:
         Job.name, Attempt.number, Dump.host, Attempt.started_ns)
 
 
+def _launcher_failures() -> Select:
+    """The workers the launcher saw fail (a torchrun failure summary's entries, read beside the dumps)."""
+    return select(
+        Job.name.label("job"), Attempt.number.label("attempt"), LauncherFailure.rank, LauncherFailure.local_rank,
+        LauncherFailure.host, LauncherFailure.exitcode, LauncherFailure.failed_at, LauncherFailure.error_file,
+        LauncherFailure.message, LauncherFailure.root_cause, LauncherFailure.path, Attempt.started_ns,
+    ).join(Attempt, Attempt.id == LauncherFailure.attempt_id).join(Job, Job.id == Attempt.job_id)
+
+
 CATALOG_VIEWS: dict[str, Callable[[], Select]] = {
     "jobs": _jobs, "attempts": _attempts, "files": _files, "ingest_runs": _ingest_runs,
     "incidents": _incidents, "culprits": _culprits, "rank_stats": _rank_stats, "attempt_hosts": _attempt_hosts,
+    "launcher_failures": _launcher_failures,
 }
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from frlake.diagnose.launcher import exit_words
 from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS
 from frlake.query.window import Window
 from frlake.values import Record, Row
@@ -228,6 +229,7 @@ CAUSE_CTES = f"""
     )
 """
 
+_FAILURE_ORDER = "CASE WHEN root_cause THEN '0' ELSE '1' END || path"
 # One row per attempt that stopped or straggled (incomplete ones too: they name no culprit, and get no call
 # but 'unclear'), newest first.
 CAUSES = f"""
@@ -252,13 +254,19 @@ CAUSES = f"""
            j.host_jobs, j.host_stalls, j.rank_elsewhere,
            j.stall_incidents, j.stall_jobs, j.stall_hosts, j.stall_other_hosts, j.stall_here, j.stall_ran,
            j.job_stall_elsewhere,
-           coalesce(j.host_strong, 0) = 1 AS host_strong, coalesce(j.code_strong, 0) = 1 AS code_strong
+           coalesce(j.host_strong, 0) = 1 AS host_strong, coalesce(j.code_strong, 0) = 1 AS code_strong,
+           lf.exitcode AS culprit_exitcode, lf.failed_at AS culprit_failed_at, lf.message AS culprit_failure
     FROM incidents i JOIN att ON att.job = i.job AND att.attempt = i.attempt
     LEFT JOIN cz_judged j ON j.job = i.job AND j.attempt = i.attempt
+    LEFT JOIN (  -- how the culprit died, where its launcher's failure summary says (its root-cause entry first)
+      SELECT job, attempt, rank, min_by(exitcode, {_FAILURE_ORDER}) AS exitcode,
+             min_by(failed_at, {_FAILURE_ORDER}) AS failed_at, min_by(message, {_FAILURE_ORDER}) AS message
+      FROM launcher_failures GROUP BY job, attempt, rank
+    ) lf ON lf.job = i.job AND lf.attempt = i.attempt AND lf.rank = j.culprit_rank
     WHERE i.verdict <> 'healthy'
     ORDER BY att.started_ns DESC NULLS LAST, i.job, i.attempt
 """
-CAUSE_VIEWS = ("attempts", "culprits", "incidents", "attempt_hosts")  # the catalog views it reads
+CAUSE_VIEWS = ("attempts", "culprits", "incidents", "attempt_hosts", "launcher_failures")  # the catalog views it reads
 
 
 def _n(value: object) -> int:
@@ -271,6 +279,11 @@ def why(row: Row) -> str:
     if row.get("culprit_rank") is None:
         return "no culprit was named (the diagnosis blames nobody), so there is nothing to judge"
     parts = []
+    if row.get("culprit_exitcode") is not None or row.get("culprit_failed_at") is not None:
+        # the launcher's word on how it died: evidence on the incident, beside the history the call is made from
+        when = f" at {row['culprit_failed_at']} (the launcher's clock)" if row.get("culprit_failed_at") else ""
+        parts.append(f"rank {row['culprit_rank']} died, its launcher says: "
+                     f"{exit_words(row.get('culprit_exitcode'), row.get('culprit_failure'))}{when}")
     if host is None:
         parts.append("the culprit's host is unknown")
     else:
