@@ -180,6 +180,14 @@ def test_slurm_node_lists_tasks_per_node_and_distributions():
     assert hostmaps.deal("tux[1-3]", None, "7", "block") == {r: f"tux{1 + (r >= 3) + (r >= 5)}" for r in range(7)}
     with pytest.raises(DumpRejected, match="lists 2 node"):
         hostmaps.deal("a,b", "1(x3)", None, "block")
+    # srun(1) -m: three nodes of two CPUs, four tasks: block puts "tasks one and two on the first node, task
+    # three on the second node, and task four on the third node"; cyclic "tasks one and four on the first node,
+    # task two on the second node, and task three on the third node" (the node names are ours)
+    assert hostmaps.deal("n[1-3]", None, "4", "block") == {0: "n1", 1: "n1", 2: "n2", 3: "n3"}
+    assert hostmaps.deal("n[1-3]", None, "4", "cyclic") == {0: "n1", 1: "n2", 2: "n3", 3: "n1"}
+    # sbatch(1) SLURM_TASKS_PER_NODE: "2(x3),1": "the first three nodes will each execute two tasks and the
+    # fourth node will execute one task"
+    assert hostmaps.deal("n[1-4]", "2(x3),1", None, "block") == {r: f"n{1 + r // 2}" for r in range(7)}
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -188,6 +196,19 @@ def test_slurm_node_lists_tasks_per_node_and_distributions():
     ("sacct.json", {0: "gpu-001", 1: "gpu-002", 2: "gpu-001", 3: "gpu-002"}),  # sacct --json -j 4242, cyclic step
 ])
 def test_slurm_outputs_as_slurm_writes_them(name, expected):
+    found = hostmaps.read(str(SLURM / name), (SLURM / name).read_bytes())
+    assert (found.kind, found.hosts) == ("slurm", expected)
+
+
+@pytest.mark.parametrize("name, expected", [
+    # scontrol(1) EXAMPLES, `show job 71701`: one node and no task count (CPUs/Task=2 changes srun's one task a
+    # node by what it does not say): every task ran on snowflake0, and rank 0 is the one it vouches for
+    ("scontrol-doc.txt", {0: "snowflake0"}),
+    # heterogeneous_jobs "Environment Variables", `srun --het-group=0,1 env` in `salloc -N1 : -N2`: srun's one
+    # task a node, the components' tasks in order, the step's node list theirs together
+    ("hetjob-doc.slurm.env", {0: "nid00001", 1: "nid00011", 2: "nid00012"}),
+])
+def test_slurm_outputs_as_slurms_documentation_shows_them(name, expected):
     found = hostmaps.read(str(SLURM / name), (SLURM / name).read_bytes())
     assert (found.kind, found.hosts) == ("slurm", expected)
 
