@@ -4,6 +4,7 @@ catalog, the query layer and the analysis all build on it."""
 
 from __future__ import annotations
 
+import signal
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
@@ -305,3 +306,47 @@ def stall_signature(frames: list[dict] | None) -> str | None:
     import hashlib
 
     return hashlib.blake2b("|".join(names).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+# What an exit says, as torchelastic reports it (a negative exit code: killed by that signal).
+_SIGNAL_MEANS = {
+    "SIGKILL": "the kernel's OOM killer sends it, or a scheduler ending the job",
+    "SIGABRT": "the process aborted itself: the NCCL watchdog's own abort on a collective timeout, or a failed "
+               "C++ assertion",
+    "SIGSEGV": "a segmentation fault: native code (a kernel launch, an extension, a driver) touched bad memory",
+    "SIGBUS": "a bus error: often /dev/shm too small for the data loaders' shared memory",
+    "SIGTERM": "asked to stop: the scheduler's preemption or time limit, or torchelastic stopping the others",
+    "SIGINT": "interrupted (Ctrl-C)",
+    "SIGHUP": "its terminal or session went away",
+    "SIGFPE": "a floating-point exception in native code",
+    "SIGILL": "an illegal instruction: a binary built for another CPU",
+}
+
+
+def exit_words(exitcode: int | None, message: str | None = None) -> str:
+    """``exit -9 (SIGKILL; the kernel's OOM killer sends it, ...)``, ``exit 1: <the error's message>``."""
+    if exitcode is None:
+        return "exit unknown"
+    if exitcode < 0:
+        name = signal_name(exitcode)
+        if name is None:
+            return f"exit {exitcode} (signal {-exitcode})"
+        means = _SIGNAL_MEANS.get(name)
+        text = f"exit {exitcode} ({name}{'; ' + means if means else ''})"
+        return text + (f": {message}" if message and not message.startswith("Signal ") else "")
+    if exitcode == 0:
+        return "exit 0 (it finished: the launcher stopped it when another worker failed)"
+    text = f"exit {exitcode}"
+    if message:
+        return f"{text}: {message}"
+    return text + (" (a Python exception: its error file or log has the traceback)" if exitcode == 1 else "")
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The signal a negative exit code names (-9: SIGKILL); None for a plain exit or an unknown signal."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return None

@@ -295,7 +295,7 @@ class Frlake:
 
     # -- ingest -----------------------------------------------------------------
     def ingest(self, paths: Iterable[str | Path] = (), options=None, progress=None, *,
-               sources: Iterable = (), keep_file_list: bool = False):
+               sources: Iterable = (), keep_file_list: bool = False, only: Iterable[str] | None = None):
         """Ingest files, folders and archives (and ``sources`` that carry their
         bytes or live elsewhere, such as uploads), then diagnose every attempt
         whose diagnosis is pending: the ones this run touched, and any that an
@@ -303,7 +303,8 @@ class Frlake:
 
         ``progress`` is called with a :class:`~frlake.ingest.pipeline.Step` as each phase goes (scanning,
         reading, compacting, diagnosing); the summary's ``seconds`` is the whole run and ``phases`` each
-        phase's."""
+        phase's. ``only``: the files under ``paths`` to look at (a watch's changes: ``paths`` are not walked).
+        """
         import time
 
         from frlake.ingest.pipeline import IngestOptions, Step, ingest
@@ -315,7 +316,7 @@ class Frlake:
 
             pool_context()  # the workers' forkserver imports frlake while this process opens the catalog
         summary = ingest(self.catalog, self.lake, paths, options, progress, keep_file_list=keep_file_list,
-                         sources=sources)
+                         sources=sources, only=only)
         log.info("run %d: %d ingested, %d already present, %d unchanged, %d rejected", summary.run_id,
                  summary.ingested, summary.already_present, summary.unchanged, summary.rejected)
         if options.compact_min_files and summary.touched:
@@ -773,16 +774,18 @@ class Frlake:
         return stream()
 
     # -- alerts -----------------------------------------------------------------
-    def notifier(self, config) -> Notifier:
+    def notifier(self, config, on_delivered=None) -> Notifier:
         """The alerts of a :class:`~frlake.notify.config.NotifyConfig` over this lake: ``start()`` before
-        the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox)."""
+        the ingest whose incidents should be announced, ``run()`` after (frlake.notify.outbox).
+        ``on_delivered(body)``: called with each message a receiver took."""
         from frlake.notify.outbox import Notifier
 
         def _cause_of(job: str, attempt: int) -> dict | None:  # a message carries it as JSON
             found = self.cause(job, attempt)
             return None if found is None else found.to_dict()
 
-        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")], _cause_of)
+        return Notifier(self.catalog, config, lambda: [dict(row) for row in self.report("drain")], _cause_of,
+                        on_delivered)
 
     def lake_stats(self) -> LakeStats:
         """The lake's counts and bytes as a monitoring system reads them (catalog.stats; GET /metrics), with

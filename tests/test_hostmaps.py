@@ -221,7 +221,7 @@ def test_a_torchrun_failure_summary_names_each_failed_worker():
     assert (killed.exitcode, killed.host, killed.local_rank, killed.root_cause) == (-9, "localhost", 1, True)
     assert raised.exitcode == -15 and not raised.root_cause and raised.error_file.endswith("/2/error.json")
     assert raised.message == "RuntimeError: injected: rank 2 raises before its sixth all_reduce"
-    from frlake.diagnose.launcher import exit_words
+    from frlake.entities import exit_words
     assert exit_words(-9).startswith("exit -9 (SIGKILL; the kernel's OOM killer")
     assert exit_words(-6).startswith("exit -6 (SIGABRT; the process aborted itself: the NCCL watchdog")
     assert exit_words(-11).startswith("exit -11 (SIGSEGV")

@@ -94,9 +94,15 @@ def test_a_changed_verdict_is_an_update_that_says_what_changed(fl, tmp_path, rec
     notifier.start()
     fl.ingest([_copy(tmp_path / "a", "job-5f5228", 1, ["rank_2", "rank_3"])], ONE)  # two ranks: a hang
     notifier.run()
+    # its root cause is named only by the dumps it has not written (a slow writer looks the same): not
+    # announced until the attempt settles (a watch's quiet period marks it complete)
+    assert receiver.accepted == []
+    fl.mark_complete("job-5f5228", 1)
+    notifier.run()
     fl.ingest([_copy(tmp_path / "b", "job-5f5228", 1)], ONE)  # all of them: rank 0 sent another size
     notifier.run()
     first, update = (g.json for g in receiver.accepted)
+    assert first["partial"] is False and first["ranks_dumped"] == 2
     assert (first["event"], first["verdict"]) == ("new", "hang")
     assert (update["event"], update["verdict"]) == ("update", "mismatch")
     assert update["changed"]["verdict"] == {"was": "hang", "now": "mismatch"}
@@ -270,3 +276,41 @@ def test_ingest_notify_on_the_command_line_and_from_a_config_file(tmp_path, rece
     assert [g.json["job"] for g in receiver.accepted] == ["job-223715", "job-24fdd5"]
     got = receiver.accepted[-1]
     assert got.headers["x-frlake-signature"] == "sha256=" + hmac.new(b"k", got.body, hashlib.sha256).hexdigest()
+
+
+def test_a_root_cause_its_own_dump_names_is_announced_partial_then_settled(fl, tmp_path, receiver):
+    """Three of four ranks dumped and the mismatch is in their dumps: announced at once, saying it is partial;
+    once the fourth dump comes, an update says it settled (the verdict and root cause unchanged)."""
+    notifier = fl.notifier(_config(receiver))
+    notifier.start()
+    fl.ingest([_copy(tmp_path / "a", "job-457f71", 0, ["rank_0", "rank_1", "rank_2"])], ONE)
+    notifier.run()
+    (first,) = (g.json for g in receiver.accepted)
+    assert (first["event"], first["verdict"], first["partial"]) == ("new", "mismatch", True)
+    assert (first["ranks_dumped"], first["world_size"]) == (3, 4)
+    assert first["text"].startswith("*frlake: mismatch suspected")
+    assert "partial: 3 of 4 ranks dumped" in first["text"]
+    assert set(first["timeline"]) == {"last_dump_at", "ingested_at", "diagnosed_at"}
+    fl.ingest([_copy(tmp_path / "b", "job-457f71", 0)], ONE)
+    notifier.run()
+    notifier.run()  # nothing more: exactly once per revision
+    _, update = (g.json for g in receiver.accepted)
+    assert (update["event"], update["verdict"], update["partial"]) == ("update", "mismatch", False)
+    assert update["changed"] == {"settled": {"was": "partial", "now": "complete"}}
+    assert "changed: settled partial -> complete" in update["text"]
+
+
+def test_a_rank_named_only_by_its_missing_dump_waits_for_the_attempt_to_settle(fl, tmp_path, receiver):
+    """Rank 3's dump has not come yet: the partial diagnosis blames it (it is what the others wait for), but
+    rank 1 is the root cause. Nothing is posted until the attempt settles; then the right rank is."""
+    notifier = fl.notifier(_config(receiver))
+    notifier.start()
+    fl.ingest([_copy(tmp_path / "a", "job-223715", 0, ["rank_0", "rank_1", "rank_2"])], ONE)
+    partial = fl.stored_diagnosis("job-223715", 0)
+    assert partial.culprits[0].rank == 3 and partial.culprits[0].evidence == "no_dump"
+    notifier.run()
+    assert receiver.accepted == []
+    fl.ingest([_copy(tmp_path / "b", "job-223715", 0)], ONE)  # the last dump lands: settled
+    notifier.run()
+    (alert,) = (g.json for g in receiver.accepted)
+    assert (alert["verdict"], alert["root_cause"]["rank"], alert["partial"]) == ("hang", 1, False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from sqlalchemy import delete, func, insert, select, true, tuple_, update
 from sqlalchemy.orm import Session
@@ -99,6 +100,18 @@ class Diagnoses(Store):
         )
         with self.session() as s:
             return [tuple(r) for r in s.execute(q)]
+
+    def unsettled(self, since) -> list[tuple[str, int, datetime]]:
+        """The attempts diagnosed since ``since`` with fewer dumps than their world has ranks and no mark that
+        they are complete, and when their newest dump was ingested: a watch that restarts settles them."""
+        q = (select(Job.name, Attempt.number, IncidentRow.report, func.max(Dump.ingested_at))
+             .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
+             .join(Dump, Dump.attempt_id == Attempt.id)
+             .where(IncidentRow.diagnosed_at >= since, IncidentRow.n_dumps < IncidentRow.world_size)
+             .group_by(Job.name, Attempt.number, IncidentRow.report))
+        with self.session() as s:
+            rows = s.execute(q).all()
+        return [(job, number, at) for job, number, report, at in rows if json.loads(report).get("complete") is not True]
 
     def marked_complete(self, attempts: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
         """Which of these attempts a user said are complete (no more dumps

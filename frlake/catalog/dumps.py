@@ -189,6 +189,18 @@ class Dumps(Store):
         return list(out.values())
 
     # -- the stack index --------------------------------------------------------
+    def arrival(self, job: str, attempt: int) -> tuple[int | None, datetime | None]:
+        """When the attempt's newest dump file was written (its mtime, ns) and when its newest dump was
+        ingested: an alert's delay is counted from the first."""
+        with self.session() as s:
+            mtime = s.scalar(select(func.max(SourceFile.mtime_ns)).where(
+                SourceFile.job == job, SourceFile.attempt == attempt, SourceFile.is_current.is_(True),
+                SourceFile.status.in_(("ingested", "duplicate"))))
+            ingested = s.scalar(select(func.max(Dump.ingested_at)).join(Attempt, Attempt.id == Dump.attempt_id)
+                                .join(Job, Job.id == Attempt.job_id)
+                                .where(Job.name == job, Attempt.number == attempt))
+        return mtime, ingested
+
     def new_stack_ids(self, ids: Iterable[int]) -> set[int]:
         """The ids among ``ids`` that the lake's stacks table does not hold yet."""
         new = set(ids)

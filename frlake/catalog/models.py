@@ -306,6 +306,8 @@ class NotifySeen(Base):
     diagnosed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))  # and when it was made
     verdict: Mapped[str | None] = mapped_column(String(16))  # announced; NULL: nothing announced
     culprit: Mapped[str | None] = mapped_column(Text)  # the root cause announced, in words
+    partial: Mapped[bool | None] = mapped_column(Boolean)  # announced before every rank dumped (0019)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a message of it taken (0019)
 
 
 class NotifyMessage(Base):

@@ -31,6 +31,7 @@ class Candidate:
     seen: tuple[int, datetime] | None  # the (revision, diagnosed_at) looked at before; None: never
     announced_verdict: str | None  # what was announced before (None: nothing)
     announced_culprit: str | None
+    announced_partial: bool = False  # ... from a diagnosis made before every rank dumped
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Decision:
     verdict: str | None = None
     culprit: str | None = None
     keep: bool = False
+    partial: bool = False  # the message's diagnosis was made before every rank dumped
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Notify(Store):
         again), oldest first."""
         seen = NotifySeen
         q = (select(Job.name, Attempt.number, IncidentRow.attempt_revision, IncidentRow.diagnosed_at,
-                    IncidentRow.report, seen.revision, seen.diagnosed_at, seen.verdict, seen.culprit)
+                    IncidentRow.report, seen.revision, seen.diagnosed_at, seen.verdict, seen.culprit, seen.partial)
              .join(Attempt, Attempt.id == IncidentRow.attempt_id).join(Job, Job.id == Attempt.job_id)
              .outerjoin(seen, and_(seen.destination_id == destination_id, seen.job == Job.name,
                                    seen.attempt == Attempt.number))
@@ -107,8 +109,8 @@ class Notify(Store):
         with self.session() as s:
             rows = s.execute(q).all()
         return [Candidate(job, attempt, revision or 0, at, Diagnosis.from_dict(json.loads(report)),
-                          None if seen_rev is None else (seen_rev, seen_at), verdict, culprit)
-                for job, attempt, revision, at, report, seen_rev, seen_at, verdict, culprit in rows]
+                          None if seen_rev is None else (seen_rev, seen_at), verdict, culprit, bool(partial))
+                for job, attempt, revision, at, report, seen_rev, seen_at, verdict, culprit, partial in rows]
 
     def record(self, destination_id: int, decisions: list[Decision], max_queue: int) -> int:
         """Record the decisions in one transaction: each attempt's look, and its message queued. A decision
@@ -128,7 +130,7 @@ class Notify(Store):
                     continue  # another pass got here first
                 values = {"revision": c.revision, "diagnosed_at": c.diagnosed_at}
                 if not d.keep:
-                    values |= {"verdict": d.verdict, "culprit": d.culprit}
+                    values |= {"verdict": d.verdict, "culprit": d.culprit, "partial": d.partial}
                 if row is None:
                     s.execute(insert(NotifySeen).values(destination_id=destination_id, job=c.job,
                                                          attempt=c.attempt, **values))
@@ -174,12 +176,23 @@ class Notify(Store):
 
     def delivered(self, destination_id: int, message_id: int) -> bool:
         """The receiver took the message: it leaves the outbox and is counted sent, in one transaction."""
+        now = utcnow()
         with self.session(write=True) as s:
+            of = s.execute(select(NotifyMessage.job, NotifyMessage.attempt).where(NotifyMessage.id == message_id)).first()
             gone = s.execute(delete(NotifyMessage).where(NotifyMessage.id == message_id)).rowcount
             if gone:
                 s.execute(update(NotifyDestination).where(NotifyDestination.id == destination_id).values(
-                    sent=NotifyDestination.sent + 1, last_sent_at=utcnow()))
+                    sent=NotifyDestination.sent + 1, last_sent_at=now))
+                s.execute(update(NotifySeen).where(NotifySeen.destination_id == destination_id,
+                                                   NotifySeen.job == of[0], NotifySeen.attempt == of[1])
+                          .values(sent_at=now))
         return bool(gone)
+
+    def sent_at(self, job: str, attempt: int) -> datetime | None:
+        """When a receiver last took a message of the attempt (None: never)."""
+        with self.session() as s:
+            return s.scalar(select(func.max(NotifySeen.sent_at)).where(NotifySeen.job == job,
+                                                                        NotifySeen.attempt == attempt))
 
     def failed(self, destination_id: int, message_id: int, error: str, retry_in_s: float | None) -> None:
         """A try failed: counted, its error kept; tried again in ``retry_in_s``, or given up (None) and

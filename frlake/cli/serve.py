@@ -40,7 +40,11 @@ def serve_command(
     watch: Annotated[list[str] | None, typer.Option(
         help="A folder to ingest on an interval while serving (repeatable); its scans are shown on the jobs "
              "page and at /api/watch.")] = None,
-    every: Annotated[str, typer.Option(help="How often --watch scans, e.g. 10m.")] = "10m",
+    every: Annotated[str, typer.Option(help="How often --watch scans the whole tree (the safety net), e.g. 10m.")] = "10m",
+    poll: Annotated[str, typer.Option(help="How often --watch looks at the folders' times for new dumps, "
+                                           "e.g. 2s (local folders also wake it through inotify).")] = "2s",
+    settle: Annotated[str, typer.Option(help="An attempt with ranks that have not dumped is diagnosed as "
+                                             "complete once no new dump of it came for this long, e.g. 60s.")] = "60s",
     layout: Annotated[str | None, typer.Option(help="Path template for --watch (as ingest --layout).")] = None,
     workers: Annotated[int, typer.Option(help="Parser processes for --watch.", min=1)] = 1,
     notify: NotifyOpt = None,
@@ -53,9 +57,11 @@ def serve_command(
     db_url: DbUrlOpt = None,
 ) -> None:
     """Serve the web UI and the JSON API (production WSGI server, not Flask's).
-    With --watch, the same process also ingests the watched folders every
-    --every (a background thread; its last scan, errors and next run are on
-    the jobs page and at GET /api/watch). With --notify URL, new incidents
+    With --watch, the same process also ingests the watched folders: it
+    looks at their times every --poll and reads what is new, scans the whole
+    tree every --every, and diagnoses an attempt as complete once it settles
+    (every rank dumped, or --settle without a new dump); its looks, scans,
+    errors and next run are on the jobs page and at GET /api/watch. With --notify URL, new incidents
     are posted to URL as they are diagnosed (GET /api/notify shows the
     deliveries); GET /metrics serves Prometheus' text format."""
     from dataclasses import replace
@@ -76,7 +82,8 @@ def serve_command(
         config = ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20,
                               upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
                               allowed_hosts=names, port=port,
-                              watch=watch_config(watch or (), parse_duration(every), scan),
+                              watch=watch_config(watch or (), parse_duration(every), scan,
+                                                 poll_s=parse_duration(poll), settle_s=parse_duration(settle)),
                               notify=notify_settings(notify, notify_on, notify_jobs, notify_secret, public_url,
                                                      config_file))
         app = create_app(config)

@@ -7,44 +7,11 @@ name different hosts for one rank, the diagnosis names both and says which it us
 
 from __future__ import annotations
 
-import signal
 from datetime import UTC, datetime
 
+from frlake.entities import exit_words, signal_name
+
 TIME_FORMAT = "%Y-%m-%d_%H:%M:%S"  # torchelastic's failure summary (its local time, without the zone)
-
-# What an exit says, as torchelastic reports it (a negative exit code: killed by that signal).
-_SIGNAL_MEANS = {
-    "SIGKILL": "the kernel's OOM killer sends it, or a scheduler ending the job",
-    "SIGABRT": "the process aborted itself: the NCCL watchdog's own abort on a collective timeout, or a failed "
-               "C++ assertion",
-    "SIGSEGV": "a segmentation fault: native code (a kernel launch, an extension, a driver) touched bad memory",
-    "SIGBUS": "a bus error: often /dev/shm too small for the data loaders' shared memory",
-    "SIGTERM": "asked to stop: the scheduler's preemption or time limit, or torchelastic stopping the others",
-    "SIGINT": "interrupted (Ctrl-C)",
-    "SIGHUP": "its terminal or session went away",
-    "SIGFPE": "a floating-point exception in native code",
-    "SIGILL": "an illegal instruction: a binary built for another CPU",
-}
-
-
-def exit_words(exitcode: int | None, message: str | None = None) -> str:
-    """``exit -9 (SIGKILL; the kernel's OOM killer sends it, ...)``, ``exit 1: <the error's message>``."""
-    if exitcode is None:
-        return "exit unknown"
-    if exitcode < 0:
-        name = _signal_name(exitcode)
-        if name is None:
-            return f"exit {exitcode} (signal {-exitcode})"
-        means = _SIGNAL_MEANS.get(name)
-        text = f"exit {exitcode} ({name}{'; ' + means if means else ''})"
-        return text + (f": {message}" if message and not message.startswith("Signal ") else "")
-    if exitcode == 0:
-        return "exit 0 (it finished: the launcher stopped it when another worker failed)"
-    text = f"exit {exitcode}"
-    if message:
-        return f"{text}: {message}"
-    return text + (" (a Python exception: its error file or log has the traceback)" if exitcode == 1 else "")
-
 
 def died(failure: dict) -> str:
     """One failed worker in words: "died: exit -9 (SIGKILL; ...) at 2024-01-01_12:03:11"."""
@@ -74,19 +41,10 @@ def failures_of(failures: list[dict]) -> list[dict]:
         f = by_rank[rank]
         out.append({k: v for k, v in {
             "rank": rank, "local_rank": f.get("local_rank"), "host": f.get("host"), "exitcode": f.get("exitcode"),
-            "signal": _signal_name(f.get("exitcode")), "time": f.get("time"), "error_file": f.get("error_file"),
+            "signal": signal_name(f.get("exitcode")), "time": f.get("time"), "error_file": f.get("error_file"),
             "message": f.get("message"), "root_cause": bool(f.get("root_cause")), "source": f.get("path"),
             "words": died(f)}.items() if v is not None})
     return out
-
-
-def _signal_name(exitcode: int | None) -> str | None:
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return None
 
 
 def hosts_from_claims(hosts: dict[int, str | None], claims: list[dict]) -> tuple[dict[int, str | None], dict[int, str]]:

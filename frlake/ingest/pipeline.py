@@ -124,11 +124,15 @@ def ingest(
     *,
     keep_file_list: bool = False,
     sources: Iterable[Source] = (),
+    only: Iterable[str] | None = None,
 ) -> IngestSummary:
     """Ingest files, folders and tar archives into the lake. Idempotent.
 
     ``sources`` adds candidates that carry their bytes or live elsewhere on
-    disk (uploads). Parsing runs without the lake's write lock (untrusted
+    disk (uploads). ``only``: the files to look at, found changed under
+    ``paths`` by the caller (a watch's folder cursors,
+    frlake.ingest.changes): ``paths`` are not walked, and still bound the
+    run (its host maps are read inside them). Parsing runs without the lake's write lock (untrusted
     input never holds up other writers); each batch takes it only to publish.
     This only ingests: the session (:class:`frlake.Frlake`) diagnoses what it
     committed."""
@@ -146,7 +150,7 @@ def ingest(
     with lake.run_staging(summary.run_id) as run_lake:
         run = _Run(run_lake, catalog, options, summary, progress, keep_file_list, context)
         try:
-            run.execute(roots, sources)
+            run.execute(roots, sources, None if only is None else [Path(p) for p in only])
         except BaseException:
             catalog.runs.finish(summary.run_id, "failed", _counts(summary))
             raise
@@ -189,10 +193,10 @@ class _Run:
         self.maps_committed: set[tuple[str, int, str]] = set()
 
     # -- scanning -------------------------------------------------------------
-    def execute(self, roots: list[Path], extra: Iterable[Source] = ()) -> None:
+    def execute(self, roots: list[Path], extra: Iterable[Source] = (), only: list[Path] | None = None) -> None:
         started = time.perf_counter()
         self.ctx = replace(self.ctx, roots=tuple(str(Path(r).absolute()) for r in roots if Path(r).is_dir()))
-        listed = list(self._walk(roots))  # counted first, so that progress has a total
+        listed = list(self._walk(roots if only is None else only))  # counted first, so that progress has a total
         self.total = len(listed)
         self.summary.phases["scanning"] = round(time.perf_counter() - started, 3)
         self._tell()

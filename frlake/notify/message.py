@@ -25,6 +25,22 @@ def culprit_words(c: Culprit | None) -> str | None:
     return f"{'suspect ' if c.role == 'suspect' else ''}rank {c.rank} on {host} ({c.reason})"
 
 
+def is_partial(diagnosis: Diagnosis) -> bool:
+    """Made before every rank the dumps imply had dumped, and before the attempt settled (a watch marks it
+    complete after its quiet period; a user with ``frlake diagnose --complete``)."""
+    return not diagnosis.complete and bool(diagnosis.ranks_missing_dump)
+
+
+def named_directly(diagnosis: Diagnosis) -> bool:
+    """A root cause its own dump names (not only the absence of a dump, which a slow writer also shows)."""
+    c = root_cause(diagnosis)
+    return c is not None and c.role == "root" and c.evidence in (None, "pending_tail", "pg_status")
+
+
+def dumped_words(diagnosis: Diagnosis) -> str:
+    return f"{len(diagnosis.ranks_dumped)} of {diagnosis.world_size} ranks dumped"
+
+
 def attempt_url(public_url: str | None, job: str, attempt: int) -> str | None:
     if not public_url:
         return None
@@ -32,20 +48,27 @@ def attempt_url(public_url: str | None, job: str, attempt: int) -> str | None:
 
 
 def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = None, drain: dict | None = None,
-            previous: tuple[str | None, str | None] | None = None, cause: dict | None = None) -> dict:
+            previous: tuple[str | None, str | None] | None = None, cause: dict | None = None,
+            was_partial: bool = False, timeline: dict | None = None) -> dict:
     """The JSON posted for one diagnosis. ``drain``: the drain list's row of the culprit's host ({"action",
     "score", ...}; None: the host is on no list). ``previous``: the verdict and root cause announced before,
-    for an update (None: the attempt is announced for the first time). ``cause``: host or code?, the call
-    of frlake.query.causes (``Cause.to_dict()``; None: no call)."""
+    for an update (None: the attempt is announced for the first time); ``was_partial``: what was announced
+    was partial. ``cause``: host or code?, the call of frlake.query.causes (``Cause.to_dict()``; None: no
+    call). ``timeline``: when the attempt's newest dump was written, ingested and diagnosed ({"last_dump_at",
+    "ingested_at", "diagnosed_at"}: ISO 8601)."""
     c = root_cause(diagnosis)
     verdict = diagnosis.verdict.value
     url = attempt_url(public_url, diagnosis.job, diagnosis.attempt)
+    partial = is_partial(diagnosis)
     changes = {}
     if previous is not None:
         if previous[0] != verdict:
             changes["verdict"] = {"was": previous[0], "now": verdict}
         if previous[1] != culprit_words(c):
             changes["root_cause"] = {"was": previous[1], "now": culprit_words(c)}
+        if was_partial and not partial:
+            changes["settled"] = {"was": "partial", "now": "complete" if not diagnosis.ranks_missing_dump
+                                  else f"settled with {dumped_words(diagnosis)}"}
     host = c.host if c is not None else None
     drain_state = None if host is None else {
         "host": host, "action": (drain or {}).get("action", "ok"), "score": (drain or {}).get("score", 0.0)}
@@ -67,6 +90,11 @@ def message(diagnosis: Diagnosis, *, revision: int, public_url: str | None = Non
         "drain": drain_state,
         "changed": changes or None,
         "cause": cause,
+        # made before every rank dumped: the root cause is named by its own dump, and more may come
+        "partial": partial,
+        "ranks_dumped": len(diagnosis.ranks_dumped),
+        "world_size": diagnosis.world_size,
+        "timeline": timeline or {},
     }
     body["text"] = _text(body)
     return body
@@ -79,7 +107,11 @@ def _text(body: dict) -> str:
     lead = "frlake update" if body["event"] == "update" else "frlake"
     summary = body["summary"].removeprefix(f"{where}: ")  # the summary opens with the same words
     kind = f" ({Kind(body['kind']).label})" if body["kind"] else ""
-    lines = [f"*{lead}: {body['verdict']}{kind}* in {title}: {summary}"]
+    verdict = f"{body['verdict']} suspected" if body["partial"] else body["verdict"]
+    lines = [f"*{lead}: {verdict}{kind}* in {title}: {summary}"]
+    if body["partial"]:
+        lines.append(f"partial: {body['ranks_dumped']} of {body['world_size']} ranks dumped; the root cause is "
+                     "named by its own dump, and an update follows when the attempt settles")
     if body["changed"]:
         lines.append("changed: " + "; ".join(f"{k.replace('_', ' ')} {v['was'] or 'none'} -> {v['now'] or 'none'}"
                                               for k, v in body["changed"].items()))

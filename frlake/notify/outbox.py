@@ -22,15 +22,22 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from frlake.catalog.notify import Candidate, Decision, DestinationStatus
 from frlake.catalog.store import Catalog
 from frlake.notify.config import NotifyConfig, key, label
 from frlake.notify.deliver import DeliveryFailed, post
-from frlake.notify.message import culprit_words, message, root_cause
+from frlake.notify.message import culprit_words, is_partial, message, named_directly, root_cause
 
 log = logging.getLogger("frlake.notify")
 LEASE_MARGIN_S = 30.0  # a message being sent is not sent by another process for its timeout and this
+
+
+def _iso(at: datetime | None) -> str | None:
+    if at is None:
+        return None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -52,11 +59,13 @@ class Notifier:
     attempt as a dict (None: none), read for each message."""
 
     def __init__(self, catalog: Catalog, config: NotifyConfig, drain_rows: Callable[[], list[dict]],
-                 cause_of: Callable[[str, int], dict | None] | None = None):
+                 cause_of: Callable[[str, int], dict | None] | None = None,
+                 on_delivered: Callable[[dict], None] | None = None):
         self.catalog = catalog
         self.config = config
         self.drain_rows = drain_rows
         self.cause_of = cause_of
+        self.on_delivered = on_delivered  # called with each message the receiver took (the alert delay's metric)
         self._ids: dict[str, int] = {}
 
     def start(self) -> None:
@@ -96,10 +105,16 @@ class Notifier:
 
     def _announce(self, c: Candidate) -> bool:
         """Whether this diagnosis is worth a message: a new incident that passes the filters, or a change to
-        what was announced."""
-        verdict = c.diagnosis.verdict.value
+        what was announced (a partial announcement is followed by the settled one). A diagnosis made before
+        every rank dumped is announced first only where the root cause's own dump names it: a rank named only
+        for the dump it has not written yet may be a slow writer."""
+        d = c.diagnosis
+        verdict = d.verdict.value
         if c.announced_verdict is not None:
-            return (c.announced_verdict, c.announced_culprit) != (verdict, culprit_words(root_cause(c.diagnosis)))
+            return ((c.announced_verdict, c.announced_culprit) != (verdict, culprit_words(root_cause(d)))
+                    or (c.announced_partial and not is_partial(d)))
+        if is_partial(d) and not named_directly(d):
+            return False  # until it settles (every rank dumped, or its quiet period: frlake.server.watch)
         return verdict in self.config.on and (
             not self.config.jobs or any(fnmatch.fnmatchcase(c.job, p) for p in self.config.jobs))
 
@@ -109,11 +124,15 @@ class Notifier:
         d = c.diagnosis
         culprit = root_cause(d)
         previous = None if c.announced_verdict is None else (c.announced_verdict, c.announced_culprit)
+        mtime_ns, ingested = self.catalog.dumps.arrival(c.job, c.attempt)
+        timeline = {"last_dump_at": None if mtime_ns is None else _iso(datetime.fromtimestamp(mtime_ns / 1e9, UTC)),
+                    "ingested_at": _iso(ingested), "diagnosed_at": _iso(c.diagnosed_at)}
         body = message(d, revision=c.revision, public_url=self.config.public_url,
                        drain=drain.get(culprit.host) if culprit is not None and culprit.host else None,
-                       previous=previous, cause=self.cause_of(c.job, c.attempt) if self.cause_of else None)
+                       previous=previous, cause=self.cause_of(c.job, c.attempt) if self.cause_of else None,
+                       was_partial=c.announced_partial, timeline=timeline)
         return Decision(c, body=json.dumps(body, default=str), delivery=uuid.uuid4().hex,
-                        verdict=d.verdict.value, culprit=culprit_words(culprit))
+                        verdict=d.verdict.value, culprit=culprit_words(culprit), partial=is_partial(d))
 
     def deliver(self, url: str, summary: PassSummary | None = None) -> PassSummary:
         """Send the messages due, oldest first; a failure is retried later with backoff (the rest wait for
@@ -139,6 +158,8 @@ class Notifier:
                     return summary
                 if self.catalog.notify.delivered(destination, m.id):
                     summary.sent += 1
+                    if self.on_delivered is not None:
+                        self.on_delivered(json.loads(m.body))
         return summary
 
     def status(self) -> list[DestinationStatus]:

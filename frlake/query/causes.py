@@ -54,8 +54,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from frlake.diagnose.launcher import exit_words
-from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS
+from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS, exit_words
 from frlake.query.window import Window
 from frlake.values import Record, Row
 

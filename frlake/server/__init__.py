@@ -132,11 +132,12 @@ def create_app(config: ServerConfig) -> Flask:
     if config.notify is not None:
         from frlake.server.alerts import Alerts
 
-        alerts = app.extensions["frlake_alerts"] = Alerts(session, config.notify).start()
+        alerts = app.extensions["frlake_alerts"] = Alerts(
+            session, config.notify, on_delivered=lambda body: metrics.alert_delivered(app, body)).start()
     if config.watch is not None:
         from frlake.server.watch import Watcher
 
-        app.extensions["frlake_watch"] = Watcher(session, config.watch,
-                                                 after_scan=alerts.wake if alerts else None).start()
+        app.extensions["frlake_watch"] = Watcher(session, config.watch, after_scan=alerts.wake if alerts else None,
+                                                 on_look=lambda look: metrics.watch_looked(app, look)).start()
 
     return app

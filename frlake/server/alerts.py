@@ -31,12 +31,12 @@ class AlertsStatus:
 
 
 class Alerts:
-    def __init__(self, session: Frlake, config):
+    def __init__(self, session: Frlake, config, on_delivered=None):
         from frlake.notify.config import label
 
         self.session = session
         self.config = config
-        self.notifier = session.notifier(config)
+        self.notifier = session.notifier(config, on_delivered)
         self._status = AlertsStatus([label(u) for u in config.urls], list(config.on), list(config.jobs))
         self._lock = threading.Lock()
         self._wake = threading.Event()

@@ -30,6 +30,22 @@ from frlake.server.security import has_token
 
 # latency buckets of a page or an API answer: most under 100 ms, a report over a year of history in seconds
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# an alert's delay: seconds to a minute (a watch's floor is 10 s), minutes where it waits for an attempt to settle
+ALERT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+def alert_delivered(app: Flask, body: dict) -> None:
+    """Count one alert the receiver took: its delay from the attempt's newest dump file (body["timeline"])."""
+    last = (body.get("timeline") or {}).get("last_dump_at")
+    if last is None or "frlake_metrics" not in app.extensions:
+        return
+    delay = datetime.now(UTC).timestamp() - datetime.fromisoformat(last).timestamp()
+    app.extensions["frlake_metrics"]["alert_delay"].observe(max(0.0, delay))
+
+
+def watch_looked(app: Flask, look) -> None:
+    if "frlake_metrics" in app.extensions:
+        app.extensions["frlake_metrics"]["watch_look_cpu"].observe(look.cpu_seconds)
 
 
 def _multiprocess() -> bool:
@@ -119,6 +135,16 @@ class LakeCollector:
         if s.last_summary:
             yield _gauge("frlake_watch_last_scan_duration_seconds", "How long the last scan that went well took.",
                          s.last_summary["seconds"])
+        yield CounterMetricFamily("frlake_watch_looks", "Looks at the watched folders' times.", value=s.looks)
+        yield CounterMetricFamily("frlake_watch_full_scans", "Full scans of the watched tree.", value=s.full_scans)
+        if s.last_look:
+            yield _gauge("frlake_watch_last_look_folders", "Folders the last look stat'ed.",
+                         s.last_look["folders_statted"])
+            yield _gauge("frlake_watch_last_look_seconds", "How long the last look took.", s.last_look["seconds"])
+        yield _gauge("frlake_watch_waiting_attempts", "Attempts with ranks not dumped, in their quiet period.",
+                     s.waiting)
+        yield CounterMetricFamily("frlake_watch_settled", "Attempts settled after their quiet period.",
+                                  value=s.settled)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -138,6 +164,12 @@ def register(app: Flask) -> None:
     latency = Histogram("frlake_http_request_duration_seconds", "Time to answer a request, by route.",
                         ["route", "method"], buckets=BUCKETS, registry=where)
     mine.register(LakeCollector(app))
+    delay = Histogram("frlake_alert_delay_seconds", "From the newest dump of an attempt landing (its file's mtime) "
+                                                    "to the receiver taking its alert (2xx).",
+                      buckets=ALERT_BUCKETS, registry=where)
+    looks = Histogram("frlake_watch_look_cpu_seconds", "CPU one look at the watched folders' times took.",
+                      buckets=BUCKETS, registry=where)
+    app.extensions["frlake_metrics"] = {"alert_delay": delay, "watch_look_cpu": looks}
 
     @app.before_request
     def _started():
