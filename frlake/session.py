@@ -406,6 +406,20 @@ class Frlake:
         with self._summary_writer() as writer:
             return self._diagnose_one(writer, job, attempt, complete, resummarise=False)
 
+    def timeline(self, job: str, attempt: int) -> dict:
+        """When the attempt's newest dump file was written (its mtime), its newest dump ingested, its
+        diagnosis made and a receiver last took its alert (each None where it has not happened)."""
+        from datetime import UTC, datetime
+
+        mtime_ns, ingested = self.catalog.dumps.arrival(job, attempt)
+
+        def utc(at):
+            return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
+
+        return {"dumped_at": None if mtime_ns is None else datetime.fromtimestamp(mtime_ns / 1e9, UTC),
+                "ingested_at": utc(ingested), "diagnosed_at": utc(self.catalog.diagnoses.diagnosed_at(job, attempt)),
+                "alerted_at": utc(self.catalog.notify.sent_at(job, attempt))}
+
     def mark_complete(self, job: str, attempt: int) -> Diagnosis:
         """Say that no more dumps of this attempt will come: an attempt that
         was "incomplete, waiting for more dumps" is diagnosed with the dumps

@@ -75,6 +75,12 @@ class Diagnoses(Store):
             )
         return Diagnosis.from_dict(json.loads(report)) if report else None
 
+    def diagnosed_at(self, job: str, attempt: int) -> datetime | None:
+        """When the stored diagnosis of the attempt was made (None: it has none)."""
+        with self.session() as s:
+            return s.scalar(select(IncidentRow.diagnosed_at).join(Attempt, Attempt.id == IncidentRow.attempt_id)
+                            .join(Job, Job.id == Attempt.job_id).where(Job.name == job, Attempt.number == attempt))
+
     def state(self, job: str, attempt: int) -> tuple[int, bool, bool] | None:
         """The attempt's revision, whether its diagnosis is due, and whether
         a file holds a copy of one of its dumps in another place (see

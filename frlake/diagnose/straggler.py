@@ -49,6 +49,7 @@ MIN_JITTER_NS = 100_000  # 0.1 ms: timestamps are not finer than that in practic
 # span (a busy machine makes some rank 12 ms late on a 32 ms step three times in twenty steps; a rank that
 # sleeps before each collective costs the job most of its time)
 MIN_SHARE = 0.10
+MIN_OTHERS = 8  # the others' unexplained late arrivals are the yardstick from this many on
 CORRECT_CLOCKS = True  # lateness on clocks corrected for their hosts' offsets (bench_false_positives weighs both)
 
 
@@ -205,7 +206,9 @@ def _judge(con: duckdb.DuckDBPyConnection, stats: dict[int, RankLateness], event
     # the rank with the most is picked among all: the chance is for any of them (Bonferroni)
     p_value = min(1.0, len(stats) * binomial_tail(len(rows), total, stats[rank].collectives / calls))
     others = [r[1] for other, late in roots.items() if other != rank for r in late]
-    center, spread = (_robust(others) if len(others) >= min_events
+    # the yardstick: the other ranks' unexplained late arrivals, where there are enough of them for a spread
+    # (four values give a median absolute deviation as large as their largest gap), else all their arrivals
+    center, spread = (_robust(others) if len(others) >= max(min_events, MIN_OTHERS)
                       else _others_lateness(con, rank, table, sum(s.collectives for s in stats.values())))
     effect = (statistics.median(r[1] for r in rows) - center) / max(spread, MIN_JITTER_NS)
     span = (read.span if read is not None else con.execute(LATE_SPAN.format(k="", late=table)).fetchone()[0]) or 0

@@ -93,6 +93,7 @@ def attempt(job: str, attempt: int):
     ]
     return respond("attempt.html", tables, job=job, attempt=attempt, d=d, progress=groups,
                    cause=cause(job, attempt), arrivals=None if exporting else _arrivals(job, attempt, diag),
+                   timeline=session().timeline(job, attempt),
                    view_args=_view_args(),
                    needs_token=bool(config().token))
 
