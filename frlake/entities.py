@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from enum import Enum
 
 ALGORITHM_VERSION = 10  # 2: groups by name and members, torchcomms, suspects, straggler significance; 3: snapshots,
@@ -350,3 +351,15 @@ def signal_name(exitcode: int | None) -> str | None:
         return signal.Signals(-exitcode).name
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """When an attempt's newest dump file was written (its mtime), its newest dump ingested, its diagnosis
+    made and a receiver last took its alert; None where it has not happened."""
+
+    dumped_at: datetime | None
+    ingested_at: datetime | None
+    diagnosed_at: datetime | None
+    alerted_at: datetime | None
+

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from frlake.config import Settings
-from frlake.entities import Brief, Diagnosis
+from frlake.entities import Brief, Diagnosis, Timeline
 from frlake.errors import DumpRejected, FrlakeError
 from frlake.storage.lake import Lake
 
@@ -406,7 +406,7 @@ class Frlake:
         with self._summary_writer() as writer:
             return self._diagnose_one(writer, job, attempt, complete, resummarise=False)
 
-    def timeline(self, job: str, attempt: int) -> dict:
+    def timeline(self, job: str, attempt: int) -> Timeline:
         """When the attempt's newest dump file was written (its mtime), its newest dump ingested, its
         diagnosis made and a receiver last took its alert (each None where it has not happened)."""
         from datetime import UTC, datetime
@@ -416,9 +416,9 @@ class Frlake:
         def utc(at):
             return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
 
-        return {"dumped_at": None if mtime_ns is None else datetime.fromtimestamp(mtime_ns / 1e9, UTC),
-                "ingested_at": utc(ingested), "diagnosed_at": utc(self.catalog.diagnoses.diagnosed_at(job, attempt)),
-                "alerted_at": utc(self.catalog.notify.sent_at(job, attempt))}
+        return Timeline(None if mtime_ns is None else datetime.fromtimestamp(mtime_ns / 1e9, UTC), utc(ingested),
+                        utc(self.catalog.diagnoses.diagnosed_at(job, attempt)),
+                        utc(self.catalog.notify.sent_at(job, attempt)))
 
     def mark_complete(self, job: str, attempt: int) -> Diagnosis:
         """Say that no more dumps of this attempt will come: an attempt that

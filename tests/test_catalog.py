@@ -182,7 +182,7 @@ def test_0005_down_and_up_with_second_identities_and_retired_files(any_db, corpu
     engine = db.make_engine(any_db.db_url)
     before = _row_counts(engine)
     assert before["dumps"] == 8 and before["retired_files"] > 0
-    assert db.reverted_by_downgrade(engine, "0004") == ["0019", "0018", "0017", "0016", "0015", "0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
+    assert db.reverted_by_downgrade(engine, "0004") == ["0020", "0019", "0018", "0017", "0016", "0015", "0014", "0013", "0012", "0011", "0010", "0009", "0008", "0007", "0006",
                                                         "0005"]
     db.downgrade(engine, "0004")
     after = _row_counts(engine)

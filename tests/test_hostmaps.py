@@ -162,6 +162,51 @@ def test_a_rewritten_file_is_another_snapshot_never_an_overwrite(tmp_path):
         assert len(list((tmp_path / "lake").rglob("raw/**/*"))) >= 2
 
 
+@pytest.mark.parametrize("job", ["dead-rank", "dead-rank-healthy"])
+def test_a_restarted_job_rewriting_its_flat_files_is_its_next_attempt(tmp_path, genuine_tree, job):
+    """torch's default prefix names no attempt: a job restarted by torchelastic rewrites the same
+    ``nccl_trace_rank_<r>`` files. The new processes' record ids start again, so each rewritten file starts
+    attempt 1 (never a later snapshot of attempt 0), and both attempts are diagnosed as in their own folders."""
+    _, _, verdicts, _ = genuine_tree
+    folder = tmp_path / "nfs" / job
+    folder.mkdir(parents=True)
+    # the first run (torch 2.13.0), then the same job run again after an upgrade (torch 2.14.1): new processes
+    runs = [GENUINE / "dead_rank" / job / "attempt-0",
+            FIXTURES / "genuine-versions" / "2.14.1" / "dead_rank" / job / "attempt-0"]
+    with Frlake.open(tmp_path / "lake") as fl:
+        for run in runs:
+            for p in sorted(run.rglob("rank_*")):
+                (folder / f"nccl_trace_{p.name.removesuffix('.json')}").write_bytes(p.read_bytes())
+            assert fl.ingest([tmp_path / "nfs"]).rejected == 0
+        assert sorted(fl.attempt_keys()) == [(job, 0), (job, 1)]
+        for attempt in (0, 1):  # each run diagnosed as the first run is in its own folder
+            d = fl.stored_diagnosis(job, attempt)
+            assert (d.verdict.value, [c.rank for c in d.culprits]) == verdicts[f"{job}-attempt-0"]
+            assert d.ranks_dumped == sorted(int(p.name.split("_")[1].split(".")[0])
+                                            for p in runs[attempt].rglob("rank_*"))
+        # the same files read again: nothing moves
+        again = fl.ingest([tmp_path / "nfs"])
+        assert again.ingested == 0 and sorted(fl.attempt_keys()) == [(job, 0), (job, 1)]
+
+
+def test_a_later_snapshot_of_a_running_job_stays_in_its_attempt(tmp_path):
+    """The same processes dumping again (torch's on-demand dumps): record ids that only grow, the same first
+    entry. A later snapshot of attempt 0, not a new attempt."""
+    src = GENUINE / "snapshots" / "snapshots" / "attempt-0"
+    by_rank: dict[str, list[Path]] = {}
+    for p in sorted(src.rglob("rank_*")):
+        by_rank.setdefault(p.name.split("_")[1].split(".")[0], []).append(p)
+    folder = tmp_path / "nfs" / "snapshots"
+    folder.mkdir(parents=True)
+    with Frlake.open(tmp_path / "lake") as fl:
+        for round_ in range(max(len(v) for v in by_rank.values())):
+            for rank, paths in by_rank.items():
+                if round_ < len(paths):
+                    (folder / f"nccl_trace_rank_{rank}").write_bytes(paths[round_].read_bytes())
+            fl.ingest([tmp_path / "nfs"])
+        assert fl.attempt_keys() == [("snapshots", 0)]
+
+
 # -- the parsers, on what each source writes ---------------------------------------------------------------------
 
 

@@ -189,7 +189,10 @@ def test_serve_watch_notify_posts_what_a_scan_found_and_shows_failures(tmp_path)
         client = app.test_client()
         try:
             # the watch finds a hang: the attempt appears whole (a scan of half of it would see another verdict)
-            shutil.move(_copy(tmp_path / "staging", "job-223715") / "job-223715", tree / "job-223715")
+            staged = _copy(tmp_path / "staging", "job-223715") / "job-223715"
+            for f in staged.rglob("rank_*"):
+                os.utime(f)  # written now (the copy keeps the corpus' times)
+            shutil.move(staged, tree / "job-223715")
             deadline = time.monotonic() + 60
             while not client.get("/api/notify").get_json()["destinations"][0]["failed"]:
                 assert time.monotonic() < deadline
@@ -215,6 +218,10 @@ def test_serve_watch_notify_posts_what_a_scan_found_and_shows_failures(tmp_path)
     [sent] = [v for (name, _), v in metrics.items() if name == "frlake_notify_sent_total"]
     assert sent == 1
     assert metrics[("frlake_watch_scans_total", ())] >= 1
+    # the alert's delay: from its newest dump file's mtime (copied just now) to the receiver's 2xx
+    assert metrics[("frlake_alert_delay_seconds_count", ())] == 1
+    assert 0 < metrics[("frlake_alert_delay_seconds_sum", ())] < 60
+    assert metrics[("frlake_watch_looks_total", ())] >= 1 and metrics[("frlake_watch_full_scans_total", ())] >= 1
 
 
 def test_api_notify_without_alerts(tmp_path):

@@ -299,7 +299,7 @@ def test_a_root_cause_its_own_dump_names_is_announced_partial_then_settled(fl, t
     assert update["changed"] == {"settled": {"was": "partial", "now": "complete"}}
     assert "changed: settled partial -> complete" in update["text"]
     t = fl.timeline("job-457f71", 0)  # what the attempt page shows
-    assert t["dumped_at"] <= t["ingested_at"] <= t["diagnosed_at"] <= t["alerted_at"]
+    assert t.dumped_at <= t.ingested_at <= t.diagnosed_at <= t.alerted_at
 
 
 def test_a_rank_named_only_by_its_missing_dump_waits_for_the_attempt_to_settle(fl, tmp_path, receiver):

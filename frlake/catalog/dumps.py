@@ -30,6 +30,7 @@ class DumpRecord:
     n_entries: int
     first_ns: int | None
     last_ns: int | None
+    first_record_id: int | None = None
 
 
 class Dumps(Store):
@@ -77,7 +78,8 @@ class Dumps(Store):
                 s.execute(insert(Dump), [
                     {"sha256": d.sha256, "dump_id": d.dump_id, "attempt_id": attempt_ids[(d.job, d.attempt)],
                      "rank": d.rank, "host": d.host, "fr_version": d.fr_version, "encoding": d.encoding,
-                     "size_bytes": d.size_bytes, "n_entries": d.n_entries, "run_id": run_id, "ingested_at": now}
+                     "size_bytes": d.size_bytes, "n_entries": d.n_entries, "run_id": run_id, "ingested_at": now,
+                     "first_record_id": d.first_record_id, "first_ns": d.first_ns}
                     for d in dumps
                 ])
             record(s, run_id, files, now)
@@ -189,6 +191,19 @@ class Dumps(Store):
         return list(out.values())
 
     # -- the stack index --------------------------------------------------------
+    def newest_of_rank(self, job: str, rank: int) -> tuple[int | None, tuple[int, int | None, int | None] | None]:
+        """The job's newest attempt number (None: it has none), and the rank's dump in the newest attempt
+        that has one: (attempt, its first record id, its first entry's time), the latest snapshot."""
+        with self.session() as s:
+            newest = s.scalar(select(func.max(Attempt.number)).join(Job, Job.id == Attempt.job_id)
+                              .where(Job.name == job))
+            row = s.execute(select(Attempt.number, Dump.first_record_id, Dump.first_ns)
+                            .join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id)
+                            .where(Job.name == job, Dump.rank == rank)
+                            .order_by(Attempt.number.desc(), Dump.first_record_id.desc().nulls_last())
+                            .limit(1)).first()
+        return newest, None if row is None else tuple(row)
+
     def arrival(self, job: str, attempt: int) -> tuple[int | None, datetime | None]:
         """When the attempt's newest dump file was written (its mtime, ns) and when its newest dump was
         ingested: an alert's delay is counted from the first."""

@@ -95,6 +95,9 @@ class Dump(Base):
     n_entries: Mapped[int] = mapped_column(BigInteger)
     run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"))
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # its oldest entry's record id and time (0020): a flat folder's rewritten file is a new process or not
+    first_record_id: Mapped[int | None] = mapped_column(BigInteger)
+    first_ns: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class HostClaim(Base):

@@ -73,6 +73,7 @@ class Identity:
     attempt: int
     host: str | None  # None: unknown (no source named it)
     rank: int
+    attempt_inferred: bool = False  # no attempt in the path nor the options: a flat folder's (worker.flat_attempt)
 
 
 class Layout:
@@ -266,8 +267,9 @@ class IdentityResolver:
                     break
         if "rank" not in found:
             found.update(_rank_from_name(path, self.layout.template))
-        if "attempt" not in found and "job" in from_path and not o.layout:
-            found["attempt"] = 0  # a flat folder: its dumps are attempt 0 (FLAT_LAYOUTS)
+        inferred = "attempt" not in found and "job" in from_path and not o.layout
+        if inferred:
+            found["attempt"] = 0  # a flat folder: attempt 0, or the next one a restart starts (FLAT_LAYOUTS)
         rank = _as_int(found.get("rank"), "rank")
         if "host" not in found and o.hosts and rank is not None and rank in o.hosts:
             found["host"] = o.hosts[rank]
@@ -287,7 +289,8 @@ class IdentityResolver:
         if "host" not in found and self.hostmaps is not None and rank is not None:
             found["host"] = self.hostmaps.host(path, rank)
         host = found.get("host")
-        return Identity(job=job, attempt=attempt, host=None if host is None else _as_name(host, "host"), rank=rank)
+        return Identity(job=job, attempt=attempt, host=None if host is None else _as_name(host, "host"), rank=rank,
+                        attempt_inferred=inferred)
 
     def resolve_attempt(self, path: str) -> tuple[str, int]:
         """The job and attempt of a file that is not one rank's dump (the

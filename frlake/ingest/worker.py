@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -377,7 +377,7 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
                 DumpRecord(key, dump_id_of(key, ident.job, ident.attempt), ident.job, ident.attempt, ident.rank,
                            ident.host, parsed.version,
                            dump.encoding, len(data), parsed.n_entries, parsed.stats["first_time_created_ns"],
-                           parsed.stats["last_time_created_ns"])
+                           parsed.stats["last_time_created_ns"], parsed.stats["first_record_id"])
             )
             result.files.append(
                 FileRecord(src.key, src.size, src.mtime_ns, key, "ingested", None, None, ident.job, ident.attempt,
@@ -451,6 +451,8 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
     with cpu_budget(limits.cpu_budget(len(data))), memory_budget(limits.memory_bytes), gc_paused():
         parsed, encoding = parse_bytes(data, limits)
         ident = resolver.resolve(src.key, parsed.identity)
+        if ident.attempt_inferred:
+            ident = replace(ident, attempt=flat_attempt(_catalog(ctx), ident, parsed.stats))
         _check_world(ident, parsed)
         key = dump_key(sha, data, parsed, ident)
         if key != sha:  # an entry-less dump is its bytes and its identity: its holders are looked up by that key
@@ -466,6 +468,26 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
                 _converted_stacks.clear()
             _converted_stacks.update(unconverted)
     return _Dump(ident, parsed, encoding, tables, key)
+
+
+def flat_attempt(catalog: Catalog, ident: Identity, stats: dict) -> int:
+    """The attempt of a dump in a folder that names none: the attempt of the rank's newest stored dump when
+    this one comes from the same process (a later snapshot), the next one when a new process wrote it (a
+    restarted job rewrites its files in place), else the job's newest (a rank that had not dumped yet).
+
+    A process' record ids only grow: a dump whose first entry has a lower record id than the stored one's,
+    or the same record id at another time, is another process'. One whose ids start higher may be either
+    (its ring buffer turned over meanwhile) and is taken as the same process, a snapshot, as torch's own
+    repeated dumps of a running job are."""
+    newest, previous = catalog.dumps.newest_of_rank(ident.job, ident.rank)
+    if previous is None:
+        return newest or 0
+    attempt, first_id, first_ns = previous
+    mine_id, mine_ns = stats.get("first_record_id"), stats.get("first_time_created_ns")
+    if first_id is None or mine_id is None:
+        return attempt
+    restarted = mine_id < first_id or (mine_id == first_id and first_ns is not None and mine_ns != first_ns)
+    return attempt + 1 if restarted else attempt
 
 
 _converted_stacks: set[int] = set()  # the stacks this process has converted to Arrow once, by id
