@@ -94,19 +94,25 @@ def build_tree(work: Path, files: int) -> tuple[Path, Path, float]:
     from frlake.session import Frlake
 
     tree, lake = work / "tree", work / "lake"
-    done = work / "tree.done"
+    written, done = work / "tree.written", work / "tree.done"
     started = time.perf_counter()
-    if not done.exists():
+    if not written.exists():
         shutil.rmtree(tree, ignore_errors=True)
         shutil.rmtree(lake, ignore_errors=True)
+        done.unlink(missing_ok=True)
         hist = plan_history(jobs=files // 8, seed=45, entries=20, worlds=((8, 1),), attempts=((1, 1),))
         write_attempts(tree, hist)
         old = time.time() - 3600  # a tree that has stood for an hour: its folders are cold (changes.WARM_S)
         for path in tree.rglob("rank_*"):
             os.utime(path, (old, old))
+        written.write_text(str(sum(1 for _ in tree.rglob("rank_*"))))
+    if lake.exists():  # a lake kept from a run of an older frlake
+        subprocess.run([sys.executable, "-m", "frlake", "--lake", str(lake), "db", "upgrade"], check=True,
+                       capture_output=True)
+    if not done.exists():  # ingested (again: an interrupted ingest completes)
         with Frlake(Settings.resolve(lake)) as fl:
             fl.ingest([tree], IngestOptions(workers=2, chunk_files=512))
-        done.write_text(str(sum(1 for _ in tree.rglob("rank_*"))))
+        done.write_text(written.read_text())
     return tree, lake, round(time.perf_counter() - started, 1)
 
 
@@ -175,6 +181,8 @@ def main(argv=None) -> int:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise SystemExit(f"frlake serve exited: {server.stderr.read().decode()[-2000:]}")
             try:
                 status = _get(f"{base}/api/watch")
                 if status.get("full_scans", 0) >= 1 and status.get("looks", 0) >= 3:
