@@ -274,6 +274,22 @@ def test_a_torchrun_failure_summary_names_each_failed_worker():
     assert exit_words(-15, raised.message).endswith("): RuntimeError: injected: rank 2 raises before its sixth all_reduce")
 
 
+def test_a_single_agents_log_places_the_workers_its_lines_carry_on_its_host():
+    """torchrun prefixes each worker's output with ``[rank<N>]:``: a worker that printed and did not fail
+    ran under the same agent, on the host its failure summary names. A log that names several hosts (a
+    job's merged logs) places none that way."""
+    real = (SLURM / "torchrun-job" / "attempt-0" / "torchrun.log").read_text()
+    summary = real[real.index("====="):]
+    one = "[rank6]: step 10 loss 1.25\n[rank7]: step 10 loss 1.24\n" + summary.replace("localhost", "gpu-c02")
+    found = hostmaps.read("torchrun.log", one.encode())
+    assert found.hosts[6] == found.hosts[7] == "gpu-c02"
+    assert {f.rank for f in found.failures} == {0, 1, 2, 3}  # the summary's own ranks, as before
+    assert hostmaps.read("torchrun.log", real.encode()).hosts == {0: "localhost", 1: "localhost", 2: "localhost",
+                                                                  3: "localhost"}
+    two = one.replace("host      : gpu-c02\n  rank      : 3", "host      : gpu-c03\n  rank      : 3")
+    assert 6 not in hostmaps.read("torchrun.log", two.encode()).hosts
+
+
 def test_a_rank_torchrun_saw_die_has_its_exit_in_the_diagnosis(tmp_path):
     shutil.copytree(SLURM / "torchrun-job", tmp_path / "nfs" / "torchrun-job")
     with Frlake.open(tmp_path / "lake") as fl:

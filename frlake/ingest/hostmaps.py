@@ -108,7 +108,8 @@ def read(path: str, data: bytes, kind: str | None = None) -> HostMap:
         return HostMap(kind, path, hosts)
     if kind == "torchrun":
         failures = torchrun_failures(text)
-        return HostMap(kind, path, {f.rank: f.host for f in failures if f.host}, failures)
+        return HostMap(kind, path, {**worker_prefixes(text, failures), **{f.rank: f.host for f in failures if f.host}},
+                       failures)
     if kind == "hostfile":
         return HostMap(kind, path, hostfile(text))
     return HostMap(kind, path, slurm(text, path))
@@ -295,7 +296,19 @@ _FIELD = re.compile(r"\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.
 _ENTRY = re.compile(r"\[\d+\]:")  # "[1]:", the head of one failed worker's entry
 _RULE = re.compile(r"\s*(-{10,}|={10,})\s*")  # the summary's rules between its parts
 _RANK = re.compile(r"(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_PREFIX = re.compile(r"^\[rank(\d{1,7})\]:", re.MULTILINE)  # torchrun's prefix of a worker's output line
 _EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+
+
+def worker_prefixes(text: str, failures: list[Failure]) -> dict[int, str]:
+    """The ranks whose output a single agent's log carries (torchrun prefixes each worker's lines with
+    ``[rank<N>]:``) on the one host its failure summary names: they ran under that agent. A log whose summary
+    names no host, or several (a job's merged logs), places none."""
+    named = {f.host for f in failures if f.host}
+    if len(named) != 1:
+        return {}
+    (host,) = named
+    return {int(r): host for r in dict.fromkeys(_PREFIX.findall(text)) if int(r) < MAX_RANKS}
 
 
 def torchrun_failures(text: str) -> list[Failure]:
