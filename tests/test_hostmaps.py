@@ -124,6 +124,30 @@ def test_hosts_beside_flat_dumps_name_the_culprits_hosts_as_host_folders_do(genu
         assert con.execute("SELECT count(*) FROM dumps WHERE host IS NULL").fetchone()[0] == 0
 
 
+def test_host_reports_over_flat_dumps_with_a_host_map_equal_those_over_host_folders(genuine_tree):
+    """flaky-hosts, drain and causes row for row: the dumps flat with a hosts.csv beside them, against the
+    same dumps in host folders with the same map (against folders without it, the map knows more: the host
+    of a rank that left no dump, which the folders only infer from its neighbours)."""
+    root, hosts, _, _ = genuine_tree
+    folders, flat = root / "reports-folders", root / "reports-flat"
+    shutil.copytree(root / "tree", folders)
+    _flat(root / "tree", flat, by_attempt=True)
+    for (job, attempt), ranks in hosts.items():
+        _write_maps(folders / job / attempt, ranks, "csv")
+        _write_maps(flat / job / attempt, ranks, "csv")
+    reports = {}
+    for name, tree in (("folders", folders), ("flat", flat)):
+        with Frlake.open(root / f"lake-reports-{name}") as fl:
+            fl.ingest([tree], IngestOptions(workers=1))
+            reports[name] = {r: [dict(row) for row in fl.report(r)] for r in ("flaky-hosts", "causes", "drain")}
+    for r in ("flaky-hosts", "causes"):
+        assert reports["flat"][r] == reports["folders"][r], r
+    # the drain score decays with the report's own clock: the two lakes are reported moments apart
+    assert [(d["host"], d["action"], round(d["score"], 2)) for d in reports["flat"]["drain"]] == \
+        [(d["host"], d["action"], round(d["score"], 2)) for d in reports["folders"]["drain"]]
+    assert len(reports["flat"]["causes"]) == 14 and len(reports["flat"]["flaky-hosts"]) == 4
+
+
 def test_sources_that_disagree_are_both_named(tmp_path):
     tree = {}
     for p in sorted((GENUINE / "straggler" / "straggler" / "attempt-0").rglob("rank_*")):
