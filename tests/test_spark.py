@@ -133,7 +133,7 @@ def test_every_view_has_duckdbs_rows(spark, corpus_lake):
             assert len(got) == len(want) and sorted(map(repr, got)) == sorted(map(repr, want)), name
             # the corpus has no debug-server or health-check dumps (tests/test_producers.py has them), and no
             # duration_ms (the summary tables: test_spark_finds_the_slow_link_with_duckdbs_rows)
-            assert want or name in ("dump_conflicts", "health", "live_stacks", *schema.SUMMARY_TABLES), \
+            assert want or name in ("dump_conflicts", "health", "live_stacks", "launcher_failures", *schema.SUMMARY_TABLES), \
                 f"the corpus leaves {name} empty"
 
 

@@ -10,7 +10,7 @@ VIEW_NAMES = {
     "lake tables": ("dumps", "entries", "groups", "group_runs", "pg_status", "stacks", "snapshots", "health",
                     "live_stacks", "collective_durations", "watchdog_lags", "host_links"),
     "catalog views": ("jobs", "attempts", "files", "ingest_runs", "incidents", "culprits", "rank_stats",
-                      "attempt_hosts"),
+                      "attempt_hosts", "launcher_failures"),
     "derived views": ("hosts", "dump_conflicts", "collectives", "rank_progress"),
 }
 CATALOG_VIEW_NAMES = frozenset(VIEW_NAMES["catalog views"])
