@@ -90,3 +90,19 @@ def assert_lake_is_clean(settings) -> None:
         assert records.retired_count() == 0
     on_disk = {p.relative_to(settings.lake).as_posix() for p in (settings.lake / "tables").rglob("*") if p.is_file()}
     assert on_disk == committed, "every file under tables/ is committed (at its final and hidden names), and only those"
+
+
+CORPUS = ROOT / "tests" / "corpus" / "visible"
+
+
+def copy_attempt(dst: Path, job: str, attempt: int, ranks: list[str] | None = None) -> Path:
+    """A corpus attempt's files (only ``ranks``' file names, when given) under ``dst``, as the corpus lays
+    them out; returns ``dst``."""
+    src = CORPUS / job / f"attempt-{attempt}"
+    for f in sorted(src.rglob("*")):
+        if f.is_file() and (ranks is None or f.name in ranks):
+            target = dst / job / f"attempt-{attempt}" / f.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, target)
+    return dst
+

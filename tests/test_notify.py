@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -18,20 +16,10 @@ from frlake.errors import UsageError
 from frlake.ingest.pipeline import IngestOptions
 from frlake.notify.config import NotifyConfig, label, notify_config
 from frlake.session import Frlake
+from tests.helpers import copy_attempt as _copy
 from tests.receiver import Receiver
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "visible"
 ONE = IngestOptions(workers=1)
-
-
-def _copy(dst: Path, job: str, attempt: int, ranks: list[str] | None = None) -> Path:
-    src = CORPUS / job / f"attempt-{attempt}"
-    for f in sorted(src.rglob("*")):
-        if f.is_file() and (ranks is None or f.name in ranks):
-            target = dst / job / f"attempt-{attempt}" / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(f, target)
-    return dst
 
 
 @pytest.fixture

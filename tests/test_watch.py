@@ -13,9 +13,8 @@ from frlake.config import Settings
 from frlake.ingest import changes as changes_module
 from frlake.ingest.changes import Changes
 from frlake.session import Frlake
-from tests.helpers import FIXTURES
+from tests.helpers import copy_attempt as _copy
 
-CORPUS = FIXTURES.parent / "corpus" / "visible"
 HOUR_AGO = time.time() - 3600
 
 
@@ -111,13 +110,6 @@ def test_the_lake_inside_a_watched_tree_is_never_entered(tmp_path):
     assert not [f for f in changes.look().files if "/lake/" in f]
 
 
-def _copy(dst: Path, job: str, attempt: int, ranks: list[str] | None = None) -> None:
-    src = CORPUS / job / f"attempt-{attempt}"
-    for f in sorted(src.rglob("*")):
-        if f.is_file() and (ranks is None or f.name in ranks):
-            target = dst / job / f"attempt-{attempt}" / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(f, target)
 
 
 def _until(check, seconds: float = 60.0):
