@@ -2,7 +2,7 @@
 """"No slower": ingest and diagnose CPU of two commits, side by side in one run.
 
     python bench/compare_commits.py BEFORE [AFTER] [--rounds 5] [--world 1024] [--ingest-world 256]
-                                    [--entries 2000] [--fault missing_last|straggler] [--no-ingest]
+                                    [--entries 2000] [--fault missing_last|straggler] [--no-ingest] [--flat]
 
 Checks out each commit into a temporary git worktree (building its compiled
 parser in place, where it has one) and, with this checkout's Python
@@ -17,7 +17,9 @@ before, ...), so a busy machine slows both alike:
     second call: the diagnosis alone);
   * ingest: ``--ingest-world`` ranks, one worker, in-process (CPU of the
     whole ingest), beside plain ``pickle.load`` of the same files (not with
-    ``--no-ingest``).
+    ``--no-ingest``); with ``--flat``, the ingest tree is one flat folder of
+    torch's default names (``<job>/nccl_trace_rank_<r>``: no attempt, no host
+    in the path), the path that tells restarts from snapshots.
 Prints the medians and the after/before ratios; writes
 bench/results/compare.json. AFTER defaults to the working tree's HEAD.
 """
@@ -59,7 +61,7 @@ import pathlib, pickle, shutil, sys, time
 from frlake.config import Settings
 from frlake.ingest import IngestOptions
 from frlake.session import Frlake
-files = sorted(pathlib.Path(sys.argv[2]).rglob("rank_*"))
+files = sorted(p for p in pathlib.Path(sys.argv[2]).rglob("*rank_*") if p.is_file())
 for p in files:
     p.read_bytes()
 cpu = time.process_time()
@@ -86,6 +88,14 @@ def run(tree: Path, code: str, *args: str) -> list[str]:
     return lines[-1].split() if lines else []  # the figures are the last line
 
 
+def flatten(job: Path) -> None:
+    """Move each rank's dump to ``job/nccl_trace_rank_<r>``, the names torch's default prefix writes."""
+    for dump in sorted(job.glob("attempt-*/*/rank_*")):
+        dump.rename(job / f"nccl_trace_{dump.name}")
+    for folder in sorted(job.glob("attempt-*/*"), reverse=True) + sorted(job.glob("attempt-*")):
+        folder.rmdir()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("before")
@@ -96,6 +106,7 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--fault", choices=("missing_last", "straggler"), default="missing_last")
     ap.add_argument("--no-ingest", action="store_true", help="compare the diagnosis only")
+    ap.add_argument("--flat", action="store_true", help="ingest a flat folder of torch's default file names")
     ap.add_argument("--out", default=str(HERE / "results" / "compare.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frlake-compare-"))
@@ -116,6 +127,8 @@ def main() -> int:
         write_job(big, args.world, args.entries, job="cmp", fault=args.fault, culprit=min(700, args.world - 1))
         if not args.no_ingest:
             write_job(small, args.ingest_world, 2000, job="cmp-ingest")
+            if args.flat:
+                flatten(small / "cmp-ingest")
         for side, tree in trees.items():
             run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "ingest", str(big))
         diag = {side: [] for side in trees}
@@ -130,7 +143,7 @@ def main() -> int:
                     wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
                     ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
         out = {"before": args.before, "after": args.after, "rounds": args.rounds, "world": args.world,
-               "entries": args.entries, "fault": args.fault, "ingest_world": args.ingest_world, "diagnose": diag,
+               "entries": args.entries, "fault": args.fault, "ingest_world": args.ingest_world, "flat": args.flat, "diagnose": diag,
                "ingest": ingest}
         for name, runs in (("diagnose", diag), ("ingest", ingest)):
             if not runs["before"]:

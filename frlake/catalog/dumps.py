@@ -8,12 +8,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, insert, or_, select
+from sqlalchemy import and_, func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from frlake.catalog.db import Store, chunks, utcnow
 from frlake.catalog.models import Attempt, Dump, HostClaim, Job, LauncherFailure, SourceFile, StackId
 from frlake.catalog.seen import CLAIMED_TWICE, FileRecord, record
+
+
+def _later(first_id: int | None, first_ns: int | None, than_id: int | None, than_ns: int | None) -> bool:
+    """Whether a snapshot whose first entry is (first_id, first_ns) is a later one of its process than
+    (than_id, than_ns): a higher first record id (its ring buffer turned over), one without ids last."""
+    def key(i, ns):
+        return (i is not None, i if i is not None else 0, ns if ns is not None else 0)
+    return key(first_id, first_ns) > key(than_id, than_ns)
 
 
 @dataclass(frozen=True)
@@ -191,18 +199,28 @@ class Dumps(Store):
         return list(out.values())
 
     # -- the stack index --------------------------------------------------------
-    def newest_of_rank(self, job: str, rank: int) -> tuple[int | None, tuple[int, int | None, int | None] | None]:
-        """The job's newest attempt number (None: it has none), and the rank's dump in the newest attempt
-        that has one: (attempt, its first record id, its first entry's time), the latest snapshot."""
+    def newest_of_ranks(self, job: str, ranks: Iterable[int]) -> tuple[int | None, dict[int, tuple[int, int | None, int | None]]]:
+        """The job's newest attempt number (None: it has none), and for each of ``ranks`` that has a dump, its
+        dump in the newest attempt that has one: (attempt, its first record id, its first entry's time), the
+        latest snapshot (the highest first record id; one without ids last). One query per 500 ranks: the rows
+        read are the ranks' dumps in their newest attempts, whatever the job's history."""
+        latest: dict[int, tuple[int, int | None, int | None]] = {}
         with self.session() as s:
             newest = s.scalar(select(func.max(Attempt.number)).join(Job, Job.id == Attempt.job_id)
                               .where(Job.name == job))
-            row = s.execute(select(Attempt.number, Dump.first_record_id, Dump.first_ns)
-                            .join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id)
-                            .where(Job.name == job, Dump.rank == rank)
-                            .order_by(Attempt.number.desc(), Dump.first_record_id.desc().nulls_last())
-                            .limit(1)).first()
-        return newest, None if row is None else tuple(row)
+            for chunk in chunks(sorted(set(ranks))):
+                top = (select(Dump.rank, func.max(Attempt.number).label("number"))
+                       .join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id)
+                       .where(Job.name == job, Dump.rank.in_(chunk)).group_by(Dump.rank).subquery())
+                for rank, number, first_id, first_ns in s.execute(
+                        select(Dump.rank, Attempt.number, Dump.first_record_id, Dump.first_ns)
+                        .join(Attempt, Attempt.id == Dump.attempt_id).join(Job, Job.id == Attempt.job_id)
+                        .join(top, and_(top.c.rank == Dump.rank, top.c.number == Attempt.number))
+                        .where(Job.name == job)):
+                    held = latest.get(rank)
+                    if held is None or _later(first_id, first_ns, held[1], held[2]):
+                        latest[rank] = (number, first_id, first_ns)
+        return newest, latest
 
     def arrival(self, job: str, attempt: int) -> tuple[int | None, datetime | None]:
         """When the attempt's newest dump file was written (its mtime, ns) and when its newest dump was

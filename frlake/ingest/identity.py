@@ -73,7 +73,7 @@ class Identity:
     attempt: int
     host: str | None  # None: unknown (no source named it)
     rank: int
-    attempt_inferred: bool = False  # no attempt in the path nor the options: a flat folder's (worker.flat_attempt)
+    attempt_inferred: bool = False  # no attempt in the path nor the options: a flat folder's (worker.FlatAttempts)
 
 
 class Layout:
@@ -291,6 +291,24 @@ class IdentityResolver:
         host = found.get("host")
         return Identity(job=job, attempt=attempt, host=None if host is None else _as_name(host, "host"), rank=rank,
                         attempt_inferred=inferred)
+
+    def flat_guess(self, path: str) -> tuple[str, int] | None:
+        """The job and rank a file's path gives when neither it nor the options name an attempt (a flat
+        folder's), else None: a guess made before the dump is read, whose own keys may say otherwise (it lets
+        a chunk read the catalog once for all its flat dumps: worker.FlatAttempts)."""
+        o = self.options
+        if o.layout or o.attempt is not None:
+            return None
+        from_path = self._from_path(path)
+        if "attempt" in from_path or "job" not in from_path:
+            return None
+        rank = o.rank if o.rank is not None else from_path.get("rank")
+        try:
+            if rank is None:
+                rank = _rank_from_name(path, self.layout.template).get("rank")
+            return (o.job or from_path["job"], int(rank)) if rank is not None else None
+        except (DumpRejected, ValueError):
+            return None
 
     def resolve_attempt(self, path: str) -> tuple[str, int]:
         """The job and attempt of a file that is not one rank's dump (the

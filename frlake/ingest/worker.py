@@ -258,12 +258,14 @@ def process_chunk(ctx: WorkerContext, batch: int, sources: list[Source],
     # byte-identical, and each is a snapshot of its own)
     loaded = [(src, data, None if sha is None else snapshot_key(sha, src.key, data)) for src, data, sha in loaded]
     known = _catalog(ctx).dumps.known([sha for _, data, sha in loaded if data is not None])
+    flat = FlatAttempts(_catalog(ctx), [resolver.flat_guess(src.key) for src, data, _ in loaded if data is not None])
     per_partition: dict[tuple[str, int], dict[str, list[pa.Table]]] = {}
     # Raw copies are compressed and written while the next dump is read, and the batch's Parquet files side
     # by side: zstd, Parquet and fsync let go of the GIL, so they take no time from the parsing.
     with nullcontext(io) if io is not None else ThreadPoolExecutor(max_workers=2) as threads:
         writes = [threads.submit(_keep_raw, lake, key, data)
-                  for key, data in _ingest_loaded(ctx, lake, resolver, loaded, known, result, per_partition)]
+                  for key, data in _ingest_loaded(ctx, lake, resolver, flat, loaded, known, result,
+                                                  per_partition)]
         _wait_all(writes)  # a raw copy that cannot be written fails the batch, as before: nothing is committed
         result.pending = [(name, lake.part_path(name, new_part_name(ctx.run_id, batch), job, attempt), job, attempt,
                            threads.submit(_stage, lake, parts, io is not None))
@@ -302,8 +304,8 @@ def _stage(lake: Lake, parts: list[pa.Table], synced: bool) -> tuple[Path, int, 
     return staged, table.num_rows, size
 
 
-def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, loaded: list, known: dict,
-                   result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
+def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, flat: FlatAttempts, loaded: list,
+                   known: dict, result: ChunkResult, per_partition: dict) -> Iterator[tuple[str, bytes]]:
     """Read each loaded file; yield (key, bytes) of every raw copy to write (once per key)."""
     live_seen: set[str] = set()  # debug-server files of this chunk (their identity is the path's)
     queued: set[str] = set()  # raw copies already yielded
@@ -337,7 +339,7 @@ def _ingest_loaded(ctx: WorkerContext, lake: Lake, resolver: IdentityResolver, l
                 live_seen.add(sha)
                 yield from raw_copy(sha, data)
                 continue
-            dump = _read_dump(ctx, resolver, src, data, sha, now, known.setdefault(sha, {}))
+            dump = _read_dump(ctx, resolver, flat, src, data, sha, now, known.setdefault(sha, {}))
         except DumpRejected as exc:
             reason, detail = exc.reason, exc.message
         except MemoryError:
@@ -434,8 +436,8 @@ def _read_live_stacks(resolver: IdentityResolver, src: Source, data: bytes, sha:
     return job, attempt, _convert("live stacks", pa.Table.from_pylist, rows, schema.LIVE_STACKS)
 
 
-def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data: bytes, sha: str,
-               now: datetime, holders: dict[tuple[str, int], tuple[int, str]]) -> _Dump:
+def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, flat: FlatAttempts, src: Source, data: bytes,
+               sha: str, now: datetime, holders: dict[tuple[str, int], tuple[int, str]]) -> _Dump:
     """Decode, parse, resolve and convert one dump to Arrow tables, under its
     CPU and memory budgets: every conversion that a value can fail happens
     here, per file, so none can fail the batch or the parent's commit.
@@ -452,7 +454,7 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
         parsed, encoding = parse_bytes(data, limits)
         ident = resolver.resolve(src.key, parsed.identity)
         if ident.attempt_inferred:
-            ident = replace(ident, attempt=flat_attempt(_catalog(ctx), ident, parsed.stats))
+            ident = replace(ident, attempt=flat.attempt_of(ident, parsed.stats))
         _check_world(ident, parsed)
         key = dump_key(sha, data, parsed, ident)
         if key != sha:  # an entry-less dump is its bytes and its identity: its holders are looked up by that key
@@ -470,24 +472,47 @@ def _read_dump(ctx: WorkerContext, resolver: IdentityResolver, src: Source, data
     return _Dump(ident, parsed, encoding, tables, key)
 
 
-def flat_attempt(catalog: Catalog, ident: Identity, stats: dict) -> int:
-    """The attempt of a dump in a folder that names none: the attempt of the rank's newest stored dump when
-    this one comes from the same process (a later snapshot), the next one when a new process wrote it (a
-    restarted job rewrites its files in place), else the job's newest (a rank that had not dumped yet).
+class FlatAttempts:
+    """The attempts of a chunk's dumps in folders that name none, the catalog read once per job for the ranks
+    their paths give (``guesses``: (job, rank) or None per file) and again only for a rank a dump's own keys
+    gave otherwise."""
 
-    A process' record ids only grow: a dump whose first entry has a lower record id than the stored one's,
-    or the same record id at another time, is another process'. One whose ids start higher may be either
-    (its ring buffer turned over meanwhile) and is taken as the same process, a snapshot, as torch's own
-    repeated dumps of a running job are."""
-    newest, previous = catalog.dumps.newest_of_rank(ident.job, ident.rank)
-    if previous is None:
-        return newest or 0
-    attempt, first_id, first_ns = previous
-    mine_id, mine_ns = stats.get("first_record_id"), stats.get("first_time_created_ns")
-    if first_id is None or mine_id is None:
-        return attempt
-    restarted = mine_id < first_id or (mine_id == first_id and first_ns is not None and mine_ns != first_ns)
-    return attempt + 1 if restarted else attempt
+    def __init__(self, catalog: Catalog, guesses: list[tuple[str, int] | None]):
+        self.catalog = catalog
+        self.jobs: dict[str, tuple[int | None, dict[int, tuple[int, int | None, int | None]]]] = {}
+        wanted: dict[str, set[int]] = {}
+        for guess in guesses:
+            if guess is not None:
+                wanted.setdefault(guess[0], set()).add(guess[1])
+        self.read = wanted  # the ranks read per job
+        for job, ranks in wanted.items():
+            self.jobs[job] = catalog.dumps.newest_of_ranks(job, ranks)
+
+    def attempt_of(self, ident: Identity, stats: dict) -> int:
+        """The attempt of a dump in a folder that names none: the attempt of the rank's newest stored dump
+        when this one comes from the same process (a later snapshot), the next one when a new process wrote
+        it (a restarted job rewrites its files in place), else the job's newest (a rank that had not dumped
+        yet).
+
+        A process' record ids only grow: a dump whose first entry has a lower record id than the stored
+        one's, or the same record id at another time, is another process'. One whose ids start higher may be
+        either (its ring buffer turned over meanwhile) and is taken as the same process, a snapshot, as
+        torch's own repeated dumps of a running job are. Dumps of one chunk are weighed against the catalog
+        as the chunk began (a flat folder holds one file per rank)."""
+        if ident.rank not in self.read.get(ident.job, ()):
+            newest, latest = self.catalog.dumps.newest_of_ranks(ident.job, [ident.rank])
+            self.read.setdefault(ident.job, set()).add(ident.rank)
+            self.jobs[ident.job] = (newest, {**self.jobs.get(ident.job, (None, {}))[1], **latest})
+        newest, latest = self.jobs[ident.job]
+        previous = latest.get(ident.rank)
+        if previous is None:
+            return newest or 0
+        attempt, first_id, first_ns = previous
+        mine_id, mine_ns = stats.get("first_record_id"), stats.get("first_time_created_ns")
+        if first_id is None or mine_id is None:
+            return attempt
+        restarted = mine_id < first_id or (mine_id == first_id and first_ns is not None and mine_ns != first_ns)
+        return attempt + 1 if restarted else attempt
 
 
 _converted_stacks: set[int] = set()  # the stacks this process has converted to Arrow once, by id
