@@ -632,7 +632,7 @@ class Frlake:
 
         keys, files = batch
         made = []
-        with self._connection(catalog_views=(), files=files, bounded=True) as con:
+        with self._connection(catalog_views=(), files=files, derived=(), bounded=True) as con:
             # one thread: a small attempt's statements run on a few thousand rows, where a second thread
             # costs more CPU to start and join than it saves (10% of the batch's CPU)
             con.execute("SET threads = 1")
@@ -693,7 +693,8 @@ class Frlake:
             complete = (job, attempt) in self.catalog.diagnoses.marked_complete([(job, attempt)])
         claimed = self.catalog.dumps.claimed_twice(job, attempt) if copies else {}
         claims, failures = self.catalog.dumps.host_sources([(job, attempt)]).get((job, attempt), ([], []))
-        with self._connection(catalog_views=(), partition=(job, attempt), bounded=True) as con:
+        # no derived view: a diagnosis reads none (views.create_views: each costs its binding)
+        with self._connection(catalog_views=(), partition=(job, attempt), derived=(), bounded=True) as con:
             diag = diagnose_attempt(con, job, attempt, complete=complete, durations=summarise, claimed=claimed,
                                     host_claims=claims, failures=failures)
             if not summarise:

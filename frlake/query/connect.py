@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None = None,
             partition: tuple[str, int] | None = None, files: Iterable | None = None,
-            lake_tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+            lake_tables: Iterable[str] | None = None,
+            derived: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view per lake table and catalog table.
 
     Internal callers name the ``catalog_views`` they need, so a catalog that
@@ -31,8 +32,10 @@ def connect(catalog: Catalog, lake: Lake, *, catalog_views: Iterable[str] | None
     ``partition`` (job, attempt) to see only its files, so a diagnosis costs
     the same however long the history is; or the committed ``files`` to read (several attempts', for a
     batch of diagnoses: ``LakeFiles.committed_in``); and the ``lake_tables`` it reads (a fleet report: one
-    or none), so that the other tables' files are not listed."""
-    con, _ = _open(catalog, lake, catalog_views, partition, sealed=False, files=files, lake_tables=lake_tables)
+    or none), so that the other tables' files are not listed; and the ``derived`` views it reads (None:
+    every one)."""
+    con, _ = _open(catalog, lake, catalog_views, partition, sealed=False, files=files, lake_tables=lake_tables,
+                   derived=derived)
     return con
 
 
@@ -111,11 +114,12 @@ def one_attempt(sql: str) -> tuple[str, int] | None:
 
 def _open(catalog: Catalog | None, lake: Lake, catalog_views, partition, sealed: bool,
           files: Iterable | None = None,
-          lake_tables: Iterable[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
+          lake_tables: Iterable[str] | None = None,
+          derived: Iterable[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict]:
     con = duckdb.connect(":memory:", config={"threads": 2})
     try:
         sources = create_views(con, lake, catalog, catalog_views, partition, sealed=sealed, files=files,
-                               lake_tables=lake_tables)
+                               lake_tables=lake_tables, derived=derived)
         con.execute("SET parquet_metadata_cache = true")  # Parquet footers read once per connection
     except BaseException:
         con.close()
