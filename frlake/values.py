@@ -133,16 +133,37 @@ def display_text(value: object, column: str = "") -> str:
     return cell_text(value)
 
 
-def csv_lines(columns: Sequence[str], rows: Iterable[Sequence]) -> Iterable[str]:
-    """CSV with LF line ends and a header even without rows."""
+# What makes a spreadsheet read a cell as a formula when it begins it (OWASP, "CSV Injection").
+_FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A text cell that no spreadsheet runs: one that begins as a formula does gets a leading ``'``
+    (OWASP's advice), which spreadsheets show as text and do not display."""
+    return "'" + text if text.startswith(_FORMULA_LEADS) else text
+
+
+def _person_cell(value: object) -> str:
+    text = cell_text(value)
+    return text if isinstance(plain(value), (int, float, Decimal)) else spreadsheet_safe(text)
+
+
+def csv_lines(columns: Sequence[str], rows: Iterable[Sequence], *, for_people: bool = False) -> Iterable[str]:
+    """CSV with LF line ends and a header even without rows. ``for_people`` (the web UI's downloads, opened
+    in spreadsheets): text cells that begin as a formula does are made text (:func:`spreadsheet_safe`);
+    numbers stay as they are. Without it (``frlake query -f csv``, the API's exports: CSV for programs)
+    every cell is exact."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
+    writer.writerow([spreadsheet_safe(str(c)) for c in columns] if for_people else columns)
     yield buf.getvalue()
     for row in rows:
         buf.seek(0)
         buf.truncate()
-        writer.writerow([cell_text(v) for v in row])
+        if for_people:
+            writer.writerow([_person_cell(v) for v in row])
+        else:
+            writer.writerow([cell_text(v) for v in row])
         yield buf.getvalue()
 
 

@@ -425,3 +425,159 @@ def test_dns_rebinding_is_refused_by_a_real_server(served):
     assert get(f"evil.example:{port}") == 421
     assert get(f"lake.example:{port}") == 200  # --public-host
     assert get(f"localhost:{port}") == 200
+
+
+# -- round 4: results too big to return, memory bounded in the process, formulas in CSV -------------------------
+
+HUGE_RESULT = "SELECT repeat('x', 50000000) AS s FROM range(200)"  # 10 GB of text to return
+HUGE_VALUES = "SELECT count(DISTINCT s) FROM (SELECT repeat('x', 1000000000) || i::VARCHAR AS s FROM range(12) t(i))"
+QUERY_BUDGET = 1 << 30  # the CLI's and the server's default memory limit of a query
+MARGIN = 256 << 20
+
+
+def _cli_with_peak(*args: str) -> tuple[int, str, int]:
+    """``frlake *args`` in a child process: its exit status, its output, and its peak RSS in bytes."""
+    proc = subprocess.Popen([sys.executable, "-m", "frlake.cli.main", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, usage.ru_maxrss << 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql, named", [(HUGE_RESULT, "result_too_large"), (HUGE_VALUES, "memory limit")])
+def test_a_query_too_big_for_the_process_is_a_named_error_within_its_budget(corpus_lake, sql, named):
+    """DuckDB's memory_limit bounds its pool, not the values a query makes (3.1 GB resident under 1 GiB) nor
+    the Arrow batches of its result (a traceback): the process is held to the budget plus a margin."""
+    status, out, peak = _cli_with_peak("--lake", str(corpus_lake.lake), "query", sql)
+    print(f"\n{sql[:40]}...: exit {status}, peak RSS {peak >> 20} MiB")
+    assert status == 1, out
+    assert named in out and "Traceback" not in out, out
+    assert peak < QUERY_BUDGET + MARGIN, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.fixture(scope="module")
+def four_queries(corpus_lake):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frlake.cli.main", "--lake", str(corpus_lake.lake), "serve", "--port", str(port),
+         "--max-queries", "4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(url + "/api/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())
+    yield url, proc
+    proc.terminate()
+    proc.wait(10)
+
+
+def _query(url: str, sql: str) -> tuple[int, dict]:
+    request = urllib.request.Request(url + "/api/query", data=json.dumps({"sql": sql}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "Origin": url})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.slow
+def test_four_huge_queries_at_once_get_4xx_and_keep_the_server_within_four_budgets(four_queries):
+    url, proc = four_queries
+    assert _query(url, "SELECT 1 AS one")[0] == 200  # warm: the sandbox, its views
+    sampler = _RssSampler(proc.pid)
+    sampler.start()
+    results: list[tuple[int, dict]] = []
+    threads = [threading.Thread(target=lambda sql=sql: results.append(_query(url, sql)))
+               for sql in (HUGE_RESULT, HUGE_RESULT, HUGE_VALUES, HUGE_RESULT)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sampler.stop.set()
+    sampler.join()
+    peak = sampler.peak_tree_kib << 10
+    print(f"\n4 queries at once: {sorted(s for s, _ in results)}, server peak RSS {peak >> 20} MiB")
+    assert sorted(s for s, _ in results) == [400, 413, 413, 413], results
+    codes = sorted(b["error"]["code"] for _, b in results)
+    assert codes == ["query_refused", "result_too_large", "result_too_large", "result_too_large"], results
+    assert all("Traceback" not in b["error"]["message"] for _, b in results)
+    assert peak < 4 * (QUERY_BUDGET + MARGIN), f"peak RSS {peak >> 20} MiB"
+    status, body = _query(url, "SELECT 42 AS answer")  # still answering, with the memory bound let go
+    assert (status, body["rows"]) == (200, [[42]]), body
+
+
+def test_the_sql_exports_answer_413_for_a_result_too_large(corpus_lake):
+    client = create_app(ServerConfig(corpus_lake)).test_client()
+    r = client.get("/sql", query_string={"sql": HUGE_RESULT, "_format": "json"})
+    assert r.status_code == 413 and r.json["error"]["code"] == "result_too_large", r.get_data(as_text=True)
+    assert "aggregate" in r.json["error"]["message"]
+
+
+def test_a_query_beyond_the_servers_max_queries_waits_then_gets_429(corpus_lake, monkeypatch):
+    from frlake.server import api
+
+    monkeypatch.setattr(api, "QUERY_WAIT_S", 0.2)
+    app = create_app(ServerConfig(corpus_lake, max_queries=1))
+    client = app.test_client()
+    slots = app.extensions["frlake_query_slots"]
+    assert slots.acquire(timeout=1)  # the one slot, taken as a running query takes it
+    try:
+        r = client.post("/api/query", json={"sql": "SELECT 1 AS one"}, headers={"Origin": "http://localhost"})
+        assert r.status_code == 429 and r.json["error"]["code"] == "too_many_queries", r.json
+        assert r.headers["Retry-After"] == "1" and "--max-queries" in r.json["error"]["message"]
+    finally:
+        slots.release()
+    assert client.post("/api/query", json={"sql": "SELECT 1 AS one"},
+                       headers={"Origin": "http://localhost"}).status_code == 200
+
+
+FORMULAS = ('=HYPERLINK("evil.example","x")', "+cmd|x", "-2+3", "@SUM(A1)")  # folder names: no "/"
+
+
+def test_web_csv_downloads_run_no_formula_and_the_cli_csv_stays_exact(tmp_path, corpus):
+    """Job and host names come from folder names on a shared tree: a spreadsheet that opens a download must
+    not run them. CSV for programs (frlake query -f csv) keeps every value as the lake holds it."""
+    import csv as csvmod
+
+    from frlake.ingest import IngestOptions
+    from frlake.session import Frlake
+    from tests.helpers import copy_attempt
+
+    staged = copy_attempt(tmp_path / "staged", "job-223715", 0)
+    tree = tmp_path / "nfs"
+    for i, name in enumerate(FORMULAS):
+        hosts = sorted((staged / "job-223715/attempt-0").iterdir())
+        for h, host in enumerate(hosts):
+            target = tree / name / "attempt-0" / (FORMULAS[(i + h) % len(FORMULAS)] + f"{h}")
+            target.mkdir(parents=True)
+            for f in host.iterdir():
+                (target / f.name).write_bytes(f.read_bytes())
+    settings = Settings.resolve(tmp_path / "lake")
+    with Frlake(settings) as fl:
+        s = fl.ingest([tree], IngestOptions(workers=1))
+        assert s.rejected == 0 and s.ingested > 0, s.rejected_files
+    client = create_app(ServerConfig(settings)).test_client()
+
+    def cells(text: str) -> list[str]:
+        return [c for row in csvmod.reader(io.StringIO(text)) for c in row]
+
+    downloads = [client.get("/?_format=csv"), client.get("/hosts?_format=csv"),
+                 client.get("/sql", query_string={"sql": "SELECT job, host, -1 AS minus FROM dumps",
+                                                  "_format": "csv"})]
+    for r in downloads:
+        assert r.status_code == 200, r.get_data(as_text=True)
+        text = r.get_data(as_text=True)
+        assert all(not c.startswith(("=", "+", "-", "@", "\t", "\r")) or c == "-1" for c in cells(text)), text
+    sql_cells = cells(downloads[2].get_data(as_text=True))
+    assert "'" + FORMULAS[0] in sql_cells and "-1" in sql_cells  # made text, shown whole; numbers stay
+    status, out, _ = _cli_with_peak("--lake", str(settings.lake), "query", "-f", "csv",
+                                    "SELECT DISTINCT job FROM dumps ORDER BY job")
+    assert status == 0 and sorted(cells(out)[1:]) == sorted(FORMULAS), out

@@ -34,6 +34,9 @@ def serve_command(
         help="A host name clients use to reach the server (repeatable); requests naming any other host than "
              "these, loopback and --host are refused (421).")] = None,
     threads: Annotated[int, typer.Option(help="Request threads.", min=1)] = 8,
+    max_queries: Annotated[int, typer.Option(
+        help="Users' SQL queries run at once (each within its memory limit); the rest wait 2 s, then 429.",
+        min=1)] = 2,
     max_upload_mb: Annotated[int, typer.Option(help="Largest upload, in MB (413 beyond).", min=1)] = 1024,
     upload_budget_mb: Annotated[int, typer.Option(
         help="Unpacked bytes all uploads may hold on disk at once, in MB (503 beyond).", min=1)] = 16384,
@@ -80,6 +83,7 @@ def serve_command(
         names = allowed_hosts(host, public_host or ())
         scan = IngestOptions(identity=IdentityOptions(layout=layout), workers=workers, isolate=True)
         config = ServerConfig(settings(ctx, lake, db_url), token=token, max_upload_bytes=max_upload_mb << 20,
+                              max_queries=max_queries,
                               upload_limits=replace(UploadLimits(), budget_bytes=upload_budget_mb << 20),
                               allowed_hosts=names, port=port,
                               watch=watch_config(watch or (), parse_duration(every), scan,

@@ -17,14 +17,16 @@ Layers, each enough on its own against writing into the lake:
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
 
-from frlake.errors import QueryError
+from frlake.errors import QueryError, ResultTooLarge
 from frlake.query.statements import check_statement
 
 GiB = 1 << 30
@@ -157,6 +159,16 @@ def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -
 
 
 def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits, offset: int = 0) -> QueryResult:
+    """The query's result under its limits, the process' memory bound (:class:`ProcessMemory`) held while it
+    is computed and converted to rows."""
+    with PROCESS_MEMORY.bound(limits.max_memory):
+        try:
+            return _fetch_bounded(cur, sql, limits, offset)
+        except MemoryError:  # Python's or Arrow's own allocation at the bound
+            raise QueryError(_memory_message(limits)) from None
+
+
+def _fetch_bounded(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits, offset: int) -> QueryResult:
     timer = threading.Timer(limits.timeout_s, cur.interrupt)
     started = time.perf_counter()
     timer.start()
@@ -167,12 +179,20 @@ def _fetch_limited(cur: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits
         batches, size, truncated = _read_capped(relation, limits, offset) if relation is not None else ([], 0, False)
     except duckdb.InterruptException:
         raise QueryError(_timeout_message(limits)) from None
-    except duckdb.OutOfMemoryException:
-        raise QueryError(f"the query went over the {_size(limits.max_memory)} memory limit and was stopped "
-                         "(aggregate or filter more, or select fewer columns)") from None
+    except (duckdb.OutOfMemoryException, MemoryError):
+        raise QueryError(_memory_message(limits)) from None
     except duckdb.Error as exc:
         if time.perf_counter() - started >= limits.timeout_s:
             raise QueryError(_timeout_message(limits)) from None
+        raise QueryError(_clean(exc)) from None
+    except (OSError, pa.ArrowException) as exc:  # DuckDB's errors, as Arrow's reader of its batches raises them
+        if _TOO_LARGE in str(exc):
+            raise ResultTooLarge(_too_large_message(limits)) from None
+        if "ArrowBuffer" in str(exc):  # the result's own batches could not be allocated within the bound
+            raise ResultTooLarge(_too_large_message(limits, "its batches need more than the "
+                                                    f"{_size(limits.max_memory)} memory limit")) from None
+        if "Out of Memory" in str(exc) or isinstance(exc, pa.ArrowMemoryError):
+            raise QueryError(_memory_message(limits)) from None
         raise QueryError(_clean(exc)) from None
     finally:
         timer.cancel()
@@ -228,6 +248,98 @@ def _rows(batches: list[pa.RecordBatch], width: int) -> list[tuple]:
         return []
     table = pa.Table.from_batches(batches)
     return list(zip(*(column.to_pylist() for column in table.columns)))
+
+
+def _memory_message(limits: QueryLimits) -> str:
+    return (f"the query went over the {_size(limits.max_memory)} memory limit and was stopped "
+            "(aggregate or filter more, or select fewer columns)")
+
+
+MARGIN = 256 * MiB  # what a process may hold beyond its queries' budgets while they run
+
+
+class ProcessMemory:
+    """The bound on what users' queries make the process hold. DuckDB's memory_limit bounds its buffer pool,
+    not the values a query makes (``repeat('x', 1000000000)`` is 1 GiB that no pool holds: 3.1 GB resident
+    under a 1 GiB limit), so while queries run the process' data segment (RLIMIT_DATA: its heap and private
+    mappings, what becomes resident) is held to what it was when the first began, plus each running query's
+    budget, plus MARGIN; an allocation beyond fails, and DuckDB and Arrow stop the query with an
+    out-of-memory error. The limit is the process', so every thread of it is bound while queries run: a
+    server runs at most ``--max-queries`` of them at once. Without RLIMIT_DATA (not Linux) DuckDB's
+    memory_limit is the only bound."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._budgets: list[int] = []
+        self._base = 0
+        self._saved: tuple[int, int] | None = None
+
+    @contextmanager
+    def bound(self, budget: int):
+        with self._lock:
+            if not self._budgets:
+                self._base, self._saved = _data_bytes(), _get_data_limit()
+            self._budgets.append(budget)
+            self._apply()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._budgets.remove(budget)
+                if self._budgets:
+                    self._apply()
+                elif self._saved is not None:
+                    _set_data_limit(self._saved)
+
+    def _apply(self) -> None:
+        if self._saved is None or self._base is None:
+            return
+        soft, hard = self._saved
+        wanted = self._base + sum(self._budgets) + MARGIN
+        if soft != resource.RLIM_INFINITY:
+            wanted = min(wanted, soft)  # never above what the process was given
+        if hard != resource.RLIM_INFINITY:
+            wanted = min(wanted, hard)
+        _set_data_limit((wanted, hard))
+
+
+def _data_bytes() -> int | None:
+    """The process' data segment (VmData), or None where /proc does not say."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _get_data_limit() -> tuple[int, int] | None:
+    try:
+        return resource.getrlimit(resource.RLIMIT_DATA)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _set_data_limit(limit: tuple[int, int]) -> None:
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, limit)
+    except (OSError, ValueError):
+        pass
+
+
+PROCESS_MEMORY = ProcessMemory()
+
+# DuckDB's Arrow appender refuses a batch whose text is over 2 GiB (one column of _BATCH_ROWS rows).
+_TOO_LARGE = "maximum total string size"
+
+
+def _too_large_message(limits: QueryLimits, why: str = "") -> str:
+    why = why or f"over 2 GiB of text in one batch of {_BATCH_ROWS:,} rows"
+    return (f"result_too_large: the result is too large to return ({why}), where at most "
+            f"{_size(limits.max_bytes)} is returned (--max-bytes); aggregate it (count(*), length(s), "
+            "left(s, 100)) or select fewer rows")
 
 
 def _timeout_message(limits: QueryLimits) -> str:

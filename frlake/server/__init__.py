@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import threading
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
@@ -95,6 +96,7 @@ def create_app(config: ServerConfig) -> Flask:
     remove_stale_uploads(session.lake.root)
     app.extensions["frlake_upload_dir"] = str(uploads)
     app.extensions["frlake_upload_budget"] = DiskBudget(config.upload_limits.budget_bytes)
+    app.extensions["frlake_query_slots"] = threading.BoundedSemaphore(config.max_queries)
     metrics.register(app)  # first: every request is counted, the refused ones too
     security.register(app)
     params.register(app)  # after the security checks: a foreign request learns nothing of the parameters

@@ -222,10 +222,21 @@ def query():
     return jsonify({**result, "rows": [deep_plain(list(r)) for r in result["rows"]]})
 
 
+QUERY_WAIT_S = 2.0  # how long a query waits for one of the server's --max-queries slots before its 429
+
+
 def run_query(sql: str, offset: int = 0) -> dict:
     """Users' SQL in this thread's sandbox, from row ``offset`` on: ``columns``, ``rows``, ``truncated``,
     ``seconds`` and ``next`` (the offset of the rows after a cap, None when there are none)."""
-    result = sandbox().run(sql, offset=offset)
+    slots = current_app.extensions["frlake_query_slots"]
+    if not slots.acquire(timeout=QUERY_WAIT_S):
+        raise ApiError(429, "too_many_queries",
+                       f"{config().max_queries} queries are running, the most this server runs at once "
+                       "(frlake serve --max-queries); try again in a moment", headers={"Retry-After": "1"})
+    try:
+        result = sandbox().run(sql, offset=offset)
+    finally:
+        slots.release()
     more = result.truncated and bool(result.rows)  # a first row over the byte cap cannot be paged past
     return {"columns": result.columns, "rows": result.rows, "truncated": result.truncated,
             "seconds": round(result.seconds, 4), "next": offset + len(result.rows) if more else None}

@@ -20,6 +20,7 @@ class ServerConfig:
     token: str | None = None  # required for uploads and SQL when set
     max_upload_bytes: int = 1 << 30
     query_limits: QueryLimits = field(default_factory=lambda: QueryLimits(timeout_s=30.0, max_rows=5_000))
+    max_queries: int = 2  # users' SQL queries run at once; the rest wait QUERY_WAIT_S, then 429
     page_size: int = 50
     upload_limits: UploadLimits = UploadLimits()
     # Host names a request may name in its Host header (None: any, for a

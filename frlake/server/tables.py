@@ -53,6 +53,8 @@ def exported(table: Export, fmt: str, headers: dict[str, str] | None = None, **m
     """One table as CSV, or as JSON ``{"table", "columns", "rows", **more}`` (rows as objects)."""
     headers = {"Content-Disposition": f'inline; filename="{table.id}.{fmt}"', **(headers or {})}
     if fmt == "csv":
-        return Response("".join(csv_lines(table.columns, table.rows)), mimetype="text/csv", headers=headers)
+        # for people: a spreadsheet that opens it runs no job or host name as a formula
+        return Response("".join(csv_lines(table.columns, table.rows, for_people=True)), mimetype="text/csv",
+                        headers=headers)
     body = {"table": table.id, "columns": list(table.columns), "rows": records(table.columns, table.rows), **more}
     return Response(json.dumps(body, default=str) + "\n", mimetype="application/json", headers=headers)
