@@ -81,7 +81,8 @@ def rediagnose_command(
     ctx: typer.Context,
     job: Annotated[str | None, typer.Option(help="Only this job's attempts.")] = None,
     workers: Annotated[int, typer.Option(help="Diagnosing processes (batches of small attempts; 1: this one). "
-                                              "Two are 1.07x faster on 450 small attempts and slower on 10,000.",
+                                              "More can help many small attempts on a machine with idle cores; "
+                                              "one is best for large attempts (figures: bench/README.md).",
                                          min=1)] = 1,
     fmt: FormatOpt = Format.table,
     lake: LakeOpt = None,

@@ -31,6 +31,15 @@ WhenOpt = Annotated[str | None, typer.Option(
 
 # Typer needs the choices as an Enum: made from the one registry of reports.
 ReportName = Enum("ReportName", {name: name for name in REPORTS}, type=str)
+
+
+def _report_name(text: str) -> ReportName:
+    """The report a NAME names (a text argument checked here, so that the usage line reads ``NAME``, as
+    click's own usage lines do, and the choices are listed below it)."""
+    try:
+        return ReportName(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not one of {', '.join(map(repr, REPORTS))}") from None
 # The output formats of every command, and slurm: the drain list's hosts to exclude, as Slurm's --exclude takes them.
 ReportFormat = Enum("ReportFormat", {**{f.name: f.value for f in Format}, "slurm": "slurm"}, type=str)
 
@@ -53,7 +62,9 @@ def _when(name: str, text: str | None) -> date | datetime | None:
 
 def report_command(
     ctx: typer.Context,
-    name: Annotated[ReportName, typer.Argument(help="; ".join(f"{r.name}: {r.question}" for r in REPORTS.values()))],
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", callback=_report_name,
+        help="One of: " + "; ".join(f"{r.name}: {r.question}" for r in REPORTS.values()))],
     since: WhenOpt = None,
     until: WhenOpt = None,
     limit: Annotated[int | None, typer.Option(help="At most this many rows.", min=1)] = None,
