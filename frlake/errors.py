@@ -101,12 +101,13 @@ class StaleBuild(FrlakeError):
 
 
 class QueryError(FrlakeError):
-    """A user query was refused or failed. ``code``: what an API error says (frlake.server.errors)."""
+    """A user query was refused or failed. ``status`` and ``code``: what an API error says
+    (frlake.server.errors)."""
 
-    code = "query_refused"
+    status, code = 400, "query_refused"
 
 
 class ResultTooLarge(QueryError):
     """A user query's result is more than can be returned: the query is at fault, not frlake (HTTP 413)."""
 
-    code = "result_too_large"
+    status, code = 413, "result_too_large"

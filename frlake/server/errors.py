@@ -7,7 +7,7 @@ from __future__ import annotations
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from frlake.errors import CatalogError, FrlakeError, QueryError, ResultTooLarge
+from frlake.errors import CatalogError, FrlakeError, QueryError
 
 
 class ApiError(Exception):
@@ -37,7 +37,7 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(QueryError)
     def _query_error(exc: QueryError):
-        return _render(413 if isinstance(exc, ResultTooLarge) else 400, exc.code, str(exc))
+        return _render(exc.status, exc.code, str(exc))
 
     @app.errorhandler(CatalogError)
     def _catalog_error(exc: CatalogError):
