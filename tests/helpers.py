@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +111,30 @@ def copy_attempt(dst: Path, job: str, attempt: int, ranks: list[str] | None = No
             shutil.copy(f, target)
     return dst
 
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(lake: Path, *args: str) -> tuple[str, subprocess.Popen]:
+    """A real ``frlake serve`` over ``lake`` (with ``args``) on a free port, once it answers: its URL and its
+    process (the caller terminates it)."""
+    import pytest
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(url + "/api/health", timeout=1)
+            return url, proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())

@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -18,6 +15,7 @@ import pytest
 
 from frlake.config import Settings
 from frlake.session import Frlake
+from tests.helpers import serve
 
 pytestmark = pytest.mark.slow  # the whole module: see README, "Tests"
 
@@ -33,31 +31,6 @@ else:
     sync_playwright = playwright_api.sync_playwright
     if not Path(CHROMIUM).exists():
         pytest.skip("no /usr/bin/chromium (apt-get install chromium)", allow_module_level=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(lake: Path, *args: str):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/api/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())
-    return url, proc
 
 
 def unknown_host_job(root: Path, corpus: Path) -> Path:
@@ -80,7 +53,7 @@ def server(tmp_path_factory, corpus):
     with Frlake(settings) as fl:
         fl.ingest([corpus / j for j in ("job-223715", "job-65a07f", "job-5f5228", "job-f70c5d")])
         fl.ingest([unknown_host_job(lake.parent, corpus)])
-    url, proc = _serve(lake, "--token", TOKEN)
+    url, proc = serve(lake, "--token", TOKEN)
     yield url
     proc.terminate()
     proc.wait(10)
@@ -158,7 +131,7 @@ def test_upload_a_dump(server, page, corpus, tmp_path):
 
 def test_forms_work_on_a_server_without_a_token(page, corpus, tmp_path):
     """Without a token the server wants same-origin requests: the pages' own fetches send their Origin."""
-    url, proc = _serve(tmp_path / "lake")
+    url, proc = serve(tmp_path / "lake")
     try:
         dump = tmp_path / "rank_1"
         shutil.copy(corpus / "job-e211c0/attempt-1/gpu-a01/rank_1", dump)
@@ -352,7 +325,7 @@ def big_server(tmp_path_factory):
     write_job(work / "nfs", 1024, 20, job="big", fault="missing_last", culprit=1000)
     with Frlake(Settings.resolve(work / "lake")) as fl:
         assert fl.ingest([work / "nfs"], IngestOptions(workers=2)).ingested == 1024
-    url, proc = _serve(work / "lake", "--token", TOKEN)
+    url, proc = serve(work / "lake", "--token", TOKEN)
     yield url
     proc.terminate()
     proc.wait(10)
@@ -571,7 +544,7 @@ def test_a_shared_csv_link_opens_on_a_server_without_a_token(page, tmp_path, cor
     settings = Settings.resolve(tmp_path / "lake")
     with Frlake(settings) as fl:
         fl.ingest([corpus / "job-223715"])
-    url, proc = _serve(tmp_path / "lake")
+    url, proc = serve(tmp_path / "lake")
     try:
         with page.expect_download() as got:
             try:

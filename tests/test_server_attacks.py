@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
@@ -28,6 +27,7 @@ from frlake.ingest.upload import UPLOADS_DIR, UploadLimits
 from frlake.server import create_app
 from frlake.server.config import ServerConfig, allowed_hosts
 from frlake.storage.lake import Lake
+from tests.helpers import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "attack-token"
@@ -232,12 +232,6 @@ def test_many_members_over_the_total_cap_refuse_the_whole_upload(tmp_path):
 
 # -- a real server, for memory and the disk budget --------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _bomb(dump: bytes | None = None) -> bytes:
     buf = io.BytesIO()
     zeros = bytes(1 << 20)
@@ -275,22 +269,7 @@ class _Repeat(io.RawIOBase):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     settings = Settings.resolve(tmp_path_factory.mktemp("attacks") / "lake")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "frlake.cli.main", "--lake", str(settings.lake), "serve", "--port", str(port),
-         "--upload-budget-mb", str(BUDGET_MB), "--public-host", "lake.example"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(150):
-        try:
-            urllib.request.urlopen(url + "/api/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())
+    url, proc = serve(settings.lake, "--upload-budget-mb", str(BUDGET_MB), "--public-host", "lake.example")
     yield url, proc, settings
     proc.terminate()
     proc.wait(10)
@@ -459,20 +438,7 @@ def test_a_query_too_big_for_the_process_is_a_named_error_within_its_budget(corp
 
 @pytest.fixture(scope="module")
 def four_queries(corpus_lake):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "frlake.cli.main", "--lake", str(corpus_lake.lake), "serve", "--port", str(port),
-         "--max-queries", "4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(150):
-        try:
-            urllib.request.urlopen(url + "/api/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("frlake serve did not start: " + proc.stdout.read().decode())
+    url, proc = serve(corpus_lake.lake, "--max-queries", "4")
     yield url, proc
     proc.terminate()
     proc.wait(10)
