@@ -8,8 +8,11 @@ LONG; a string as an int, bytes that are not UTF-8 or a lone surrogate; a memo i
 lists many levels deep; a float as an int; a byte flipped), and reads the result twice: through the fast
 reader (frlake/ingest/_fastpickle.pyx with the compiled passes) and through the reference (the safe
 unpickler and the parser's Python passes). Both must give the same rows or the same named rejection (reason
-and message); a crash of either is a finding too. Every difference is printed with the case's seed, so
-`--replay SEED` reproduces it; each one found becomes a test (tests/test_fastpickle.py).
+and message); a crash of either is a finding too, and so is anything either writes to stderr (at the file
+descriptor: CPython's own "SystemError: ..." prints, a C library's messages) or raises where it cannot be
+raised (sys.unraisablehook: an exception in a destructor). Every finding is printed with the case's seed,
+so `--replay SEED` reproduces it; each one found becomes a test (tests/test_fastpickle.py,
+tests/test_safety.py).
 
 To run it under AddressSanitizer, build the extension with it and preload the runtime:
 
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickletools
 import random
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,6 +122,41 @@ def templates() -> list[bytes]:
     return [p.read_bytes() for p in sorted(paths)]
 
 
+class Noise:
+    """What the cases write to stderr or raise unraisably: fd 2 goes to a file for the run, and
+    :meth:`since` says what came after the last look."""
+
+    def __enter__(self):
+        self.unraisable: list[str] = []
+        self.file = tempfile.TemporaryFile()
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        self.seen = 0
+        self.hook, sys.unraisablehook = sys.unraisablehook, lambda u: self.unraisable.append(
+            f"unraisable {type(u.exc_value).__name__}: {u.exc_value}")
+        return self
+
+    def since(self) -> str:
+        sys.stderr.flush()
+        size = os.fstat(self.file.fileno()).st_size
+        text = ""
+        if size > self.seen:
+            self.file.seek(self.seen)
+            text = self.file.read(size - self.seen).decode(errors="replace")
+            self.seen = size
+        text += "".join(self.unraisable)
+        self.unraisable.clear()
+        return text
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        sys.unraisablehook = self.hook
+        self.file.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=100_000)
@@ -148,22 +188,32 @@ def main() -> None:
         print(f"{len(data)} bytes\nfast:      {str(fast)[:2000]}\nreference: {str(reference)[:2000]}")
         return
     started = time.perf_counter()
-    differences, verdicts = [], {}
-    for i in range(a.cases):
-        seed = a.seed * 10_000_000 + i
-        _, fast, reference = case(seed)
-        verdict = fast[1] if fast[0] == "rejected" else "parsed"
-        verdicts[verdict] = verdicts.get(verdict, 0) + 1
-        if fast != reference:
-            differences.append(seed)
-            if len(differences) <= a.show:
-                print(f"seed {seed}: fast {str(fast)[:300]}\n          reference {str(reference)[:300]}", flush=True)
+    differences, noisy, verdicts = [], [], {}
+    with Noise() as noise:
+        for i in range(a.cases):
+            seed = a.seed * 10_000_000 + i
+            _, fast, reference = case(seed)
+            verdict = fast[1] if fast[0] == "rejected" else "parsed"
+            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+            if fast != reference:
+                differences.append(seed)
+                if len(differences) <= a.show:
+                    print(f"seed {seed}: fast {str(fast)[:300]}\n          reference {str(reference)[:300]}",
+                          flush=True)
+            said = noise.since()
+            if said:
+                noisy.append(seed)
+                if len(noisy) <= a.show:
+                    print(f"seed {seed}: wrote to stderr or raised unraisably: {said.strip()[:300]}", flush=True)
     seconds = time.perf_counter() - started
     print(f"{a.cases} cases from {len(pool)} real pickles in {seconds:.0f} s: {len(differences)} differences, "
-          f"0 crashes (a crash ends the run); outcomes {dict(sorted(verdicts.items()))}")
+          f"{len(noisy)} with stderr output or unraisable exceptions, 0 crashes (a crash ends the run); "
+          f"outcomes {dict(sorted(verdicts.items()))}")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"cases": a.cases, "seed": a.seed, "templates": len(pool), "seconds": round(seconds),
-                                 "differences": differences, "outcomes": verdicts}, indent=1) + "\n")
+                                 "differences": differences, "noisy": noisy, "outcomes": verdicts}, indent=1) + "\n")
+    if differences or noisy:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

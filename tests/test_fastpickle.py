@@ -7,6 +7,7 @@ also show that real dumps do not need that."""
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
@@ -18,6 +19,7 @@ import pytest
 
 from frlake.errors import DumpRejected, NotNative
 from frlake.ingest import columns as entry_columns
+from frlake.ingest import safeload
 from frlake.ingest.limits import Limits
 from frlake.ingest.parse import parse_bytes, parse_dump
 from frlake.ingest.safeload import decode
@@ -257,3 +259,60 @@ def test_values_of_every_hostile_kind_in_every_field():
             raw = [_entry(0), _entry(1)]
             raw[1][name] = value
             _same(_pickled(raw, 4))
+
+
+# ---- a count the file cannot hold (frlake.ingest.safeload.overrun) ----------------------------------------
+
+def _walk_in_python(data: bytes):
+    saved, safeload._fastpickle = safeload._fastpickle, None
+    try:
+        return safeload.overrun(data)
+    finally:
+        safeload._fastpickle = saved
+
+
+def _spliced(data: bytes, at: int, op: bytes, count: int) -> bytes:
+    width = 1 if op == b"C" else 4 if op in (b"B", b"X") else 8
+    return data[:at] + op + count.to_bytes(width, "little") + data[at:]
+
+
+@needs_fast
+def test_the_walk_in_c_and_in_python_find_the_same_counts():
+    """Counts of bytes, strings and frames spliced anywhere into real pickles, read the way the C unpickler
+    reads them: the two walks name the same opcode, count and bytes left, or none."""
+    rng = random.Random(7)
+    templates = [p.read_bytes() for p in _dump_files()][:40] + [_pickled([_entry(r) for r in range(40)], 5)]
+    found = 0
+    for _ in range(3000):
+        data = rng.choice(templates)
+        for _ in range(rng.randint(1, 3)):
+            op = rng.choice((b"B", b"C", b"\x8e", b"\x96", b"X", b"\x95"))
+            count = rng.choice((0, 1, 9, rng.randrange(len(data) + 1), 2**31, 2**40, 2**63 - 1, 2**64 - 1))
+            data = _spliced(data, rng.randrange(len(data)), op, count % (1 << (8 * (1 if op == b"C" else 4 if op in (b"B", b"X") else 8))))
+        walked = safeload.overrun(data)
+        assert walked == _walk_in_python(data)
+        found += walked is not None
+    assert 100 < found < 2900, found  # both answers were asked for, many times
+
+
+def test_every_real_pickle_declares_only_what_it_holds():
+    for path in _dump_files():
+        data = path.read_bytes()
+        if data[:1] == b"\x80":
+            assert safeload.overrun(data) is None, path
+
+
+def test_the_walk_reads_across_a_frame_s_end_as_the_unpickler_does():
+    """The C unpickler reads a frame at once; a read that begins in the frame and ends after it takes its
+    bytes from after the frame (_pickle.c's _Unpickler_ReadImpl). Here BINBYTES8's count begins two bytes
+    before the frame's end, so the count the unpickler allocates is the 8 bytes after the frame: 2**40."""
+    body = b"\x8e\x00\x00"  # the opcode and two bytes of a count, at the frame's end
+    data = b"\x80\x05\x95" + len(body).to_bytes(8, "little") + body + (2**40).to_bytes(8, "little") + b"."
+    at = 2 + 9
+    assert safeload.overrun(data) == _walk_in_python(data) == (at, 2**40, 1)
+    with pytest.raises(DumpRejected) as info:
+        decode(data, 1 << 20)
+    assert (info.value.reason, info.value.message) == (
+        "truncated", "the pickle declares 1,099,511,627,776 bytes at offset 11, where 1 are left (truncated file)")
+    with _memory_cap(), pytest.raises(MemoryError):  # what the walk foresaw: CPython allocating 1 TiB
+        pickle.Unpickler(io.BytesIO(data)).load()  # from a stream, as frlake reads (pickle.loads reads on)

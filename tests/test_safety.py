@@ -4,10 +4,12 @@ broken files are set aside with a specific reason."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from frlake.ingest import IdentityOptions, IngestOptions
 from frlake.ingest.parse import Limits, parse_dump
 from frlake.ingest.safeload import decode
 from frlake.session import Frlake
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ROOT
 
 BAD = FIXTURES / "bad"
 MARKER = Path("/tmp/frlake-pwned-marker")
@@ -189,3 +191,75 @@ def test_an_uploaded_hash_bomb_is_stopped_too(corpus, fl):
                             limits=Limits(cpu_seconds=1))
     summary = fl.ingest_upload([("rank_3", _hash_bomb()), ("rank_1", good)], options)
     assert (summary.ingested, summary.rejected_by_reason) == (1, {"worker_killed": 1})
+
+
+_COUNTS = textwrap.dedent("""
+    import json, resource, struct, sys
+    from frlake.errors import DumpRejected
+    from frlake.ingest.parse import parse_bytes
+    from frlake.ingest.limits import Limits
+    from frlake.ingest.worker import data_size
+    genuine = open(sys.argv[1], "rb").read()
+    cases = {
+        "bytearray8": b"\\x80\\x05\\x96" + struct.pack("<Q", 2**31) + b".",
+        "bytes8": b"\\x80\\x05\\x8e" + struct.pack("<Q", 2**40) + b".",
+        "bytes4": b"\\x80\\x05B" + struct.pack("<I", 2**32 - 1) + b".",
+        "in a real dump": genuine[:2] + b"\\x96" + struct.pack("<Q", 2**33) + genuine[2:],
+    }
+    # what a worker reads a dump under (frlake.ingest.worker.memory_budget): 1 GiB over what it holds
+    resource.setrlimit(resource.RLIMIT_DATA, (data_size() + (1 << 30), resource.RLIM_INFINITY))
+    seen = {}
+    for name, data in cases.items():
+        for native in (True, False):
+            # CPython reads the failed bytearray's export count from the memory it was given: make that
+            # memory not 0, as in a long-running worker (freed 56-byte objects whose 7th word is not)
+            junk = [bytes(23 * [1]) for _ in range(1000)]
+            del junk
+            try:
+                parse_bytes(data, Limits(), native=native)
+            except DumpRejected as exc:
+                seen[f"{name}, native={native}"] = exc.reason
+    print(json.dumps(seen))
+""")
+
+
+def test_a_count_of_bytes_the_file_cannot_hold_is_truncated_and_frees_what_it_allocated():
+    """BINBYTES, BINBYTES8 and BYTEARRAY8 declare a count that CPython's unpickler allocates before it reads
+    the bytes: under a worker's memory budget a count of gigabytes failed to allocate (over_memory_budget on
+    some machines, truncated on others), and a failed bytearray is misfreed by CPython 3.11, which prints
+    "SystemError: deallocated bytearray object has exported buffers" (CPython's smallest reproducer:
+    ``setrlimit(RLIMIT_DATA, 1 GiB)``, then ``pickle.loads(b"\\x80\\x05\\x96" + struct.pack("<Q", 2**31) + b".")``
+    twice: the second prints). frlake refuses such a count before the unpickler allocates it: truncated,
+    and nothing on stderr."""
+    genuine = next(p for p in sorted((FIXTURES / "genuine").rglob("rank_*")) if p.suffix != ".json")
+    out = subprocess.run([sys.executable, "-c", _COUNTS, str(genuine)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    seen = json.loads(out.stdout)
+    assert len(seen) == 8 and set(seen.values()) == {"truncated"}, seen
+
+
+def test_the_fuzz_harness_counts_stderr_and_unraisable_exceptions_as_findings():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import fuzz_reader
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    class Raises:
+        def __del__(self):
+            raise RuntimeError("in a destructor")
+
+    with fuzz_reader.Noise() as noise:
+        assert noise.since() == ""
+        os.write(2, b"from C\n")
+        assert noise.since() == "from C\n"
+        Raises()
+        assert noise.since() == "unraisable RuntimeError: in a destructor"
+        assert noise.since() == ""
+    # and its run: the cases of the seed that found CPython's bytearray print
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_reader.py"), "--cases", "600", "--seed",
+                          "20261205", "--out", os.devnull], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 differences, 0 with stderr output or unraisable exceptions" in out.stdout

@@ -28,7 +28,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from frlake.errors import NotNative
 
@@ -907,3 +907,76 @@ def read(bytes data):
         return None
     g.built = {}  # the frames are built again when asked, from a fresh memo of objects
     return top if type(top) is dict and type(top.get("entries")) is NativeEntries else None
+
+
+# ---- a count the file cannot hold -------------------------------------------------------------------------
+
+cdef enum:  # the kinds of frlake.ingest.safeload.KINDS
+    A_STOPS = 0
+    A_FIXED = 1
+    A_LINE = 2
+    A_COUNTED = 3
+    A_ALLOCATED = 4
+    A_FRAME = 5
+
+
+cdef inline Py_ssize_t _read(Py_ssize_t *pos, Py_ssize_t *end, Py_ssize_t k, Py_ssize_t n) noexcept:
+    """Where the C unpickler reads ``k`` bytes from: its piece ``[pos, end)`` when they fit, else the file
+    after the piece; -1 past the end."""
+    if k <= end[0] - pos[0]:
+        pos[0] += k
+        return pos[0] - k
+    if k > n - end[0]:
+        return -1
+    end[0] += k
+    pos[0] = end[0]
+    return pos[0] - k
+
+
+def overrun(bytes data, bytes kinds, bytes sizes):
+    """frlake.ingest.safeload.overrun's walk, in C (``kinds`` and ``sizes``: its tables)."""
+    cdef const uint8_t *b = <const uint8_t *>PyBytes_AS_STRING(data)
+    cdef const uint8_t *kind = <const uint8_t *>PyBytes_AS_STRING(kinds)
+    cdef const uint8_t *size = <const uint8_t *>PyBytes_AS_STRING(sizes)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), pos = 0, end = 0, at, start
+    cdef const uint8_t *nl
+    cdef uint64_t count
+    cdef uint8_t op
+    if PyBytes_GET_SIZE(kinds) != 256 or PyBytes_GET_SIZE(sizes) != 256:
+        raise ValueError("kinds and sizes are tables of 256 opcodes")
+    while True:
+        at = _read(&pos, &end, 1, n)
+        if at < 0:
+            return None
+        op = b[at]
+        if kind[op] == A_STOPS:
+            return None
+        if kind[op] == A_FIXED:
+            if _read(&pos, &end, size[op], n) < 0:
+                return None
+        elif kind[op] == A_LINE:
+            nl = <const uint8_t *>memchr(b + pos, 10, end - pos)
+            if nl == NULL:
+                nl = <const uint8_t *>memchr(b + end, 10, n - end)
+                if nl == NULL:
+                    return None
+                end = nl - b + 1
+            pos = nl - b + 1
+        elif kind[op] == A_FRAME:
+            start = _read(&pos, &end, 8, n)
+            if start < 0 or _le(b + start, 8) > <uint64_t>(n - start):
+                return None
+            start = _read(&pos, &end, <Py_ssize_t>_le(b + start, 8), n)
+            if start < 0:
+                return None
+            pos = start  # the frame is read at once, then read from its start
+        else:
+            start = _read(&pos, &end, size[op], n)
+            if start < 0:
+                return None
+            count = _le(b + start, size[op])
+            if count > <uint64_t>(n - pos):
+                return (at, count, n - pos) if kind[op] == A_ALLOCATED else None
+            pos += <Py_ssize_t>count
+            if pos > end:
+                end = pos
