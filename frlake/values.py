@@ -14,14 +14,15 @@ from decimal import Decimal
 
 def plain(value: object) -> object:
     """ISO 8601 for times (with their offset: a time without a zone is UTC,
-    as every time frlake stores is), float for decimals, hex for bytes;
-    anything else unchanged."""
+    as every time frlake stores is), float for decimals but int for a
+    decimal of scale 0 (DuckDB's HUGEINT and UBIGINT sums reach Python as
+    those: a float would round them), hex for bytes; anything else unchanged."""
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):
-        return float(value)
+        return int(value) if value.is_finite() and value.as_tuple().exponent == 0 else float(value)
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
     return value

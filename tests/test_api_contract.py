@@ -11,8 +11,10 @@ import re
 from datetime import UTC
 
 import pytest
+from typer.testing import CliRunner
 from werkzeug.datastructures import ImmutableMultiDict
 
+from frlake.cli import main as frlake_cli
 from frlake.config import Settings
 from frlake.server import create_app
 from frlake.server.config import ServerConfig
@@ -413,3 +415,20 @@ def test_a_bearer_request_is_accepted_from_any_origin(corpus_lake):
     clicked = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
     assert without.get(shared, headers=clicked).status_code == 200  # a shared link, opened
     assert without.get(shared, headers={"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}).status_code == 200
+
+
+def test_integers_of_every_width_are_exact_in_the_json_the_csv_and_the_cli(app, corpus_lake):
+    """DuckDB hands a HUGEINT (a sum of BIGINTs, a UBIGINT beside a BIGINT) to Python as a Decimal of scale 0:
+    made a float, 18446744073709551615 was 1.8446744073709552e+19 in the JSON and the CSV."""
+    client = app.test_client()
+    sql = ("SELECT x, x::VARCHAR AS text, 1.5::DECIMAL(4, 1) AS d FROM (SELECT 18446744073709551615::UBIGINT AS x "
+           "UNION ALL SELECT (-9223372036854775808)::BIGINT UNION ALL SELECT 9007199254740993::BIGINT UNION ALL "
+           "SELECT sum(v) FROM (VALUES (9223372036854775807::BIGINT), (9223372036854775807)) s(v)) ORDER BY x")
+    body = client.post("/api/query", headers=SAME_ORIGIN, json={"sql": sql}).get_json()
+    assert body["rows"] == [[int(text), text, 1.5] for _, text, _ in body["rows"]]
+    assert [r[0] for r in body["rows"]] == [-(2**63), 2**53 + 1, 2 * (2**63 - 1), 2**64 - 1]
+    csv = client.get("/sql", query_string={"sql": sql, "_format": "csv"}).get_data(as_text=True).splitlines()
+    assert [line.split(",")[0] for line in csv[1:]] == [str(r[0]) for r in body["rows"]]
+    cli = CliRunner().invoke(frlake_cli.app, ["--lake", str(corpus_lake.lake), "query", sql, "-f", "csv"])
+    assert cli.exit_code == 0, cli.output
+    assert [line.split(",")[0] for line in cli.output.splitlines()[1:]] == [str(r[0]) for r in body["rows"]]

@@ -3,6 +3,7 @@ server (`frlake serve`, waitress) over a lake ingested from the corpus."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -603,3 +604,78 @@ def test_the_job_chart_has_even_ticks_and_a_legend_of_verdicts(server, page):
     assert [text for text, _ in chart["legend"]] == ["mismatch", "hang", "straggler"]  # the job's three verdicts
     assert len({colour for _, colour in chart["legend"]}) == 3
     _shot(page, "job-chart")
+
+
+def _api_query(server, sql):
+    req = urllib.request.Request(server + "/api/query", data=json.dumps({"sql": sql}).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=60) as response:
+        return json.loads(response.read())  # Python reads a JSON integer exactly
+
+
+def _run_sql(page, sql):
+    page.fill("#sql", sql)
+    page.focus("#sql")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => !document.getElementById('sql-status').textContent.startsWith('running')")
+
+
+def test_the_sql_page_shows_64_bit_integers_as_the_lake_holds_them(server, page):
+    """stack_id and the nanosecond times are past 2**53: parsed as doubles, 5775541967842821955 showed as
+    5775541967842822000, and pasted back into a WHERE found no row."""
+    page.goto(server + "/sql")
+    page.fill("#token", TOKEN)
+    sql = "SELECT stack_id, rank, time_created_ns FROM entries WHERE stack_id IS NOT NULL ORDER BY ALL"
+    exact = _api_query(server, sql)["rows"]
+    assert any(abs(r[0]) > 2**53 for r in exact)
+    _run_sql(page, sql)
+    shown = page.eval_on_selector_all("#sql-result tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.innerText))")
+    assert shown == [[str(v) for v in r] for r in exact]
+    stack_id = shown[-1][0]  # pasted back, it finds its rows
+    _run_sql(page, f"SELECT count(*) AS n FROM entries WHERE stack_id = {stack_id}")
+    assert int(page.locator("#sql-result tbody td").first.inner_text()) > 0
+    # neighbours a double cannot tell apart sort exactly, both ways, among ordinary numbers
+    _run_sql(page, "SELECT * FROM (VALUES (9007199254740993::BIGINT), (-9223372036854775808), (9007199254740992),"
+                   " (18446744073709551615::UBIGINT), (7), (9007199254740994)) t(x)")
+    page.click("#sql-result thead th")
+    assert _column(page, "sql-result", 0) == ["-9223372036854775808", "7", "9007199254740992", "9007199254740993",
+                                              "9007199254740994", "18446744073709551615"]
+    page.click("#sql-result thead th")
+    assert _column(page, "sql-result", 0)[0] == "18446744073709551615"
+    _shot(page, "sql-exact")
+
+
+def test_the_sql_page_clears_the_last_result_while_a_query_runs_and_when_it_fails(server, page):
+    page.goto(server + "/sql")
+    page.fill("#token", TOKEN)
+    _run_sql(page, "SELECT range AS i FROM range(30)")
+    assert page.locator("#sql-count").inner_text().startswith("30 row(s)")
+    assert page.locator("#sql-exports").is_visible()
+    _run_sql(page, "SELECT i FROM no_such_table")
+    assert page.locator("#sql-status").inner_text().startswith("error")
+    assert page.locator("#sql-result tr").count() == 0
+    assert page.locator("#sql-count").inner_text() == ""  # not the previous "30 row(s)"
+    assert not page.locator("#sql-exports").is_visible()  # nor its links to the previous query
+    # a slow query: while it runs, nothing of the one before is on screen
+    _run_sql(page, "SELECT 1 AS one")
+    page.fill("#sql", "SELECT count(*) AS n FROM range(3000000000)")
+    page.focus("#sql")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => document.getElementById('sql-status').textContent.startsWith('running')")
+    assert page.locator("#sql-result tr").count() == 0 and page.locator("#sql-count").inner_text() == ""
+    page.wait_for_function("() => !document.getElementById('sql-status').textContent.startsWith('running')",
+                           timeout=120_000)
+
+
+def test_the_entries_legend_says_what_a_gloo_dump_records(server, page):
+    """gloo's recorder leaves every entry "scheduled": a legend of "C completed, S started, Q scheduled"
+    over a table of Qs read as if nothing ever ran."""
+    page.goto(server + "/jobs/job-223715/attempts/0/entries")
+    cells = page.eval_on_selector_all("#entries tbody td span[title]", "s => s.map(x => x.innerText[0])")
+    assert cells and set(cells) == {"Q"}
+    legend = page.locator("#entries-legend").inner_text()
+    assert "do not record whether it started or completed" in legend and "not a collective that never ran" in legend
+    assert "C completed" not in legend
+    rows = page.eval_on_selector_all("#entries tbody tr", "rows => rows.map(r => [...r.cells].slice(0, 4).map(c => c.innerText))")
+    assert ["tp 1", "4", "all_gather", "NO"] in rows  # rank 1 never joined it: not "yes", as the CLI says too
+    _shot(page, "entries-gloo")

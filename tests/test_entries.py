@@ -27,7 +27,7 @@ def test_the_hang_shows_the_member_that_never_enqueued_and_the_odd_stack(corpus_
     assert [r.rank for r in view.ranks] == [0, 1, 2, 3]
     odd = [g for g in stacks if g.odd_one_out]
     assert [g.ranks for g in odd] == [(1,)], stacks
-    assert stacks[0].ranks == (0, 2, 3) and stacks[0].op == "all_gather"
+    assert stacks[0].ranks == (2, 3) and stacks[0].op == "all_gather"
 
 
 def test_filters_by_rank_group_and_window(corpus_lake):
@@ -79,3 +79,63 @@ def test_a_coalesced_block_is_a_row_per_op_and_the_disagreeing_op_is_marked(tmp_
     assert out.exit_code == 0, out.output
     rows = list(csv.DictReader(io.StringIO(out.output)))
     assert [(r["part"], r["agree"]) for r in rows] == [("1", "yes"), ("2", "NO")]
+
+
+def _rows_naming_a_group_of_not_all_their_ranks(settings) -> list[str]:
+    """Rows of "where the ranks stand" that name a group one of their ranks is not in: a rank is in a
+    group when it recorded an entry of it or a status of it, or the group's recorded members hold it (a
+    group whose name other groups share, split_group's, is named ``name@members``)."""
+    wrong = []
+    with Frlake(settings) as fl:
+        con = fl.connect()
+        attempts = con.execute("SELECT DISTINCT job, attempt FROM entries ORDER BY ALL").fetchall()
+        members = set(con.execute("SELECT DISTINCT job, attempt, rank, pg_name FROM entries UNION "
+                                  "SELECT DISTINCT job, attempt, unnest(ranks), pg_name FROM groups UNION "
+                                  "SELECT DISTINCT job, attempt, rank, pg_id FROM pg_status").fetchall())
+        for job, attempt in attempts:
+            for g in fl.stack_diff(job, attempt):
+                if g.pg is not None and any((job, attempt, r, g.pg.split("@")[0]) not in members for r in g.ranks):
+                    wrong.append(f"{job} attempt {attempt}: ranks {g.ranks} at {g.op} in {g.pg} ({g.pg_desc})")
+    return wrong
+
+
+def test_the_ranks_at_one_frame_in_two_groups_are_two_rows(corpus_lake):
+    """job-223715 attempt 0: ranks 0, 2 and 3 stand at one frame of an all_gather, rank 0 in tp 1 (with
+    rank 1, which never joined) and 2 and 3 in tp 2. One row "0, 2, 3 · all_gather · tp 1" put 2 and 3
+    in tp 1."""
+    with Frlake(corpus_lake) as fl:
+        stacks = fl.stack_diff(*HANG)
+    assert [(g.ranks, g.op, g.pg, g.pg_desc, g.odd_one_out) for g in stacks] == [
+        ((2, 3), "all_gather", "2", "tp", False), ((0,), "all_gather", "1", "tp", False),
+        ((1,), "all_reduce", "0", "default_pg", True)]
+    assert stacks[0].stack_id == stacks[1].stack_id  # one frame, two groups
+    assert _rows_naming_a_group_of_not_all_their_ranks(corpus_lake) == []
+
+
+def test_no_row_of_where_the_ranks_stand_names_a_group_one_of_its_ranks_is_not_in(tmp_path):
+    from frlake.config import Settings
+    from tests.helpers import FIXTURES
+
+    settings = Settings.resolve(tmp_path / "lake")
+    with Frlake(settings) as fl:
+        fl.ingest([FIXTURES / "genuine", FIXTURES / "genuine-versions", FIXTURES / "producers", FIXTURES / "real"])
+        assert fl.connect().execute("SELECT count(DISTINCT (job, attempt)) FROM entries").fetchone()[0] > 30
+    assert _rows_naming_a_group_of_not_all_their_ranks(settings) == []
+
+
+def test_the_legend_says_what_the_producer_records(tmp_path, corpus_lake):
+    from frlake.config import Settings
+    from tests.helpers import FIXTURES
+
+    nccl = Settings.resolve(tmp_path / "lake")
+    with Frlake(nccl) as fl:
+        fl.ingest([FIXTURES / "producers" / "straggler_100ms"])
+        (job,) = [row[0] for row in fl.connect().execute("SELECT DISTINCT job FROM entries").fetchall()]
+    for settings, job, states, says in ((nccl, job, ["completed"], "Q scheduled, S started, C completed"),
+                                        (corpus_lake, HANG[0], ["scheduled"], "do not record whether it started")):
+        client = create_app(ServerConfig(settings)).test_client()
+        assert client.get(f"/api/jobs/{job}/attempts/0/entries").get_json()["states_recorded"] == states
+        page = client.get(f"/jobs/{job}/attempts/0/entries").get_data(as_text=True)
+        assert says in page
+        cli = runner.invoke(app, ["--lake", str(settings.lake), "entries", job, "--attempt", "0"])
+        assert cli.exit_code == 0 and says in " ".join(cli.output.split()), cli.output

@@ -49,7 +49,7 @@ def entries_command(
     Without --ranks, an attempt of more than 32 ranks shows the culprits and
     the hung group's members nearest them, in that group's collectives (the
     last 2,000 at most)."""
-    from frlake.query.side_by_side import EntryFilter
+    from frlake.query.side_by_side import EntryFilter, state_legend
 
     with open_session(ctx, lake, db_url, must_exist=True) as session:
         lo, hi = _seq(seq)
@@ -80,11 +80,11 @@ def entries_command(
             groups = f" in group {', '.join(view.pgs)}" if view.pgs and not pg else ""
             console.print(f"[yellow]ranks: {len(ranks_shown)} of {view.ranks_total}, the culprits and the ranks "
                           f"nearest them{escape(groups)}: choose others with --ranks and --pg[/]")
-        console.print("A cell: the rank's state (Q scheduled, S started, C completed) and when it arrived, in ms "
+        console.print(f"A cell: the rank's state ({state_legend(view)}) and when it arrived, in ms "
                       "after the group's first member; - no entry (it never joined); blank: not a member. "
                       "agree: HANG is the collective the diagnosis says hangs; NO, the members disagree on op, "
                       "sizes or dtypes, or one is missing.", highlight=False)
-        console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack:")
+        console.print("\n[bold]Where the ranks stand[/] (first unfinished entry, else the last), by stack, op and group:")
         for g in diff[:20]:
             print_detail(f"rank{'s' if len(g.ranks) > 1 else ''} {ranks_text(g.ranks)} "
                          f"({hosts_text(g.hosts) or 'unknown host'}): "

@@ -93,6 +93,16 @@ class SideBySide(Record):
     ranks_truncated: bool
     collectives: tuple[Collective, ...]
     truncated: bool  # more collectives matched than shown
+    states_recorded: tuple[str, ...]  # the states the attempt's entries hold: gloo's, ("scheduled",) only
+
+
+def state_legend(view: SideBySide) -> str:
+    """What a cell's letter says, for what the attempt's producer records: gloo's recorder leaves every entry
+    "scheduled", so there a Q is all the dump says, not a collective that never ran."""
+    if not view.states_recorded or {"started", "completed"} & set(view.states_recorded):
+        return "Q scheduled, S started, C completed"
+    return ("Q: enqueued; these dumps do not record whether it started or completed (gloo's Flight Recorder "
+            "leaves every entry scheduled), so a Q is not a collective that never ran")
 
 
 def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: EntryFilter = EntryFilter(),
@@ -175,9 +185,12 @@ def side_by_side(con: duckdb.DuckDBPyConnection, job: str, attempt: int, flt: En
             tuple(r for r in shown if r not in cells and r in group), tuple(sorted(group & in_view)), len(group),
             part, parts[(pg, seq)]))
     seen = {(pg, seq) for pg, seq, _ in found}
+    (states,) = con.execute("SELECT list(DISTINCT state ORDER BY state) FILTER (state IS NOT NULL) FROM entries "
+                            "WHERE job = $job AND attempt = $attempt", params).fetchone()
     return SideBySide(job, attempt, tuple(RankShown(r, hosts.get(r)) for r in shown),
                       tuple(sorted(pgs)) if pgs is not None else None, len(candidates),
-                      not flt.ranks and len(shown) < len(candidates), tuple(out), len(seen) >= limit)
+                      not flt.ranks and len(shown) < len(candidates), tuple(out), len(seen) >= limit,
+                      tuple(states or ()))
 
 
 def _members(con: duckdb.DuckDBPyConnection, params: dict) -> dict[str, set[int]]:

@@ -12,6 +12,7 @@ from frlake.entities import REASONS, VERDICTS, Kind
 from frlake.query.attempt import Arrivals
 from frlake.query.history import iso_ns
 from frlake.query.reports import REPORTS
+from frlake.query.side_by_side import state_legend
 from frlake.server.api import EXAMPLES, known_host, notify_state, run_query
 from frlake.server.context import attempt_facets, config, session, views
 from frlake.server.errors import ApiError
@@ -164,7 +165,7 @@ def attempt_entries(job: str, attempt: int):
                 for c in view.collectives]),
     ]
     return respond("entries.html", tables, job=job, attempt=attempt, v=view, stacks=stacks, filters=request.args,
-                   rank_headers=[f"r{r}" for r in ranks])
+                   rank_headers=[f"r{r}" for r in ranks], legend=state_legend(view))
 
 
 REPORT_FILTERS = {"hangs": ("reason", "op"), "drain": ("explain",)}  # beside host, since and until

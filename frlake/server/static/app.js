@@ -42,9 +42,12 @@ function element(tag, props, children) {
 function sortKey(cell) {
   const raw = cell.querySelector("[data-sort]") && !cell.dataset.sort
     ? cell.querySelector("[data-sort]").dataset.sort : (cell.dataset.sort ?? cell.textContent.trim());
+  if (/^-?\d{16,}$/.test(raw)) return BigInt(raw);  // past 2**53 doubles tie neighbours: an id sorts exactly
   const number = Number(raw);
   return raw !== "" && !Number.isNaN(number) ? number : raw.toLowerCase();
 }
+
+const numeric = v => typeof v === "number" || typeof v === "bigint";
 
 function sortTable(table, th) {
   const body = table.tBodies[0];
@@ -57,8 +60,8 @@ function sortTable(table, th) {
   const keyed = rows.map((r, i) => [r.cells[index] ? sortKey(r.cells[index]) : "", i, r]);
   keyed.sort((a, b) => {
     const [x, y] = [a[0], b[0]];
-    let c = (typeof x === "number" && typeof y === "number") ? x - y
-      : typeof x === "number" ? -1 : typeof y === "number" ? 1 : String(x).localeCompare(String(y));
+    let c = (numeric(x) && numeric(y)) ? (x < y ? -1 : x > y ? 1 : 0)  // < and > compare a BigInt with a number
+      : numeric(x) ? -1 : numeric(y) ? 1 : String(x).localeCompare(String(y));
     if (!ascending) c = -c;
     return c || a[1] - b[1];  // stable: ties keep their order
   });
@@ -373,7 +376,17 @@ function hostChart(canvas) {
 
 /* ---------- the SQL console ---------- */
 
-function cellText(v) { return v === null ? "" : (typeof v === "object" ? JSON.stringify(v) : String(v)); }
+/* JSON whose integers stay what the lake holds: an integer past 2**53, which a double would round
+   (5775541967842821955 as 5775541967842822000), is read from its source text as a BigInt (JSON.parse's
+   source text access), printed and sorted as it is. */
+function exactJson(text) {
+  return JSON.parse(text, (key, value, context) =>
+    typeof value === "number" && !Number.isSafeInteger(value) && context && /^-?\d+$/.test(context.source)
+      ? BigInt(context.source) : value);
+}
+
+const bigIntsAsText = (key, value) => typeof value === "bigint" ? value.toString() : value;
+function cellText(v) { return v === null ? "" : (typeof v === "object" ? JSON.stringify(v, bigIntsAsText) : String(v)); }
 
 function renderTable(table, columns, rows) {
   table.replaceChildren();
@@ -447,7 +460,9 @@ function sqlConsole(form) {
   const exports = document.getElementById("sql-exports");
   const pages = document.getElementById("sql-pages");
   const paint = sqlEditor(field);
-  const clear = () => { table.replaceChildren(); pages.replaceChildren(); exports.hidden = true; };
+  const count = document.getElementById("sql-count");
+  // what is on screen is the query's result or nothing: cleared while it runs and when it fails
+  const clear = () => { table.replaceChildren(); pages.replaceChildren(); count.textContent = ""; exports.hidden = true; };
   document.querySelectorAll("button.example").forEach(b => b.addEventListener("click", () => {
     field.value = b.dataset.sql; paint(); field.focus();
   }));
@@ -459,25 +474,30 @@ function sqlConsole(form) {
     field.focus();
   }));
   exports.addEventListener("click", authorizedDownload);
+  let latest = 0;  // a run answered after a later one started is dropped: the screen shows the last query's
   const run = async (offset) => {
+    const mine = ++latest;
     const sql = field.value;
     history.replaceState(null, "", sqlUrl(sql, offset));  // the query lives in the address: share it, reload it
+    clear();
     status.className = "status muted";
     status.textContent = "running…";
     const response = await fetch("/api/query", {method: "POST",
       headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify({sql: sql, next: offset || 0})});
     if (!response.ok) {
-      clear();  // an error never leaves the previous result on screen
+      const message = await errorText(response);
+      if (mine !== latest) return;
       status.className = "status error";
-      status.textContent = "error: " + await errorText(response);
+      status.textContent = "error: " + message;
       return;
     }
-    const data = await response.json();
+    const data = exactJson(await response.text());
+    if (mine !== latest) return;
     renderTable(table, data.columns, data.rows);
     exports.querySelector(".export-csv").href = sqlUrl(sql, offset, "csv");
     exports.querySelector(".export-json").href = sqlUrl(sql, offset, "json");
     const first = (offset || 0) + 1, last = (offset || 0) + data.rows.length;
-    document.getElementById("sql-count").textContent = (offset ? `rows ${first}-${last}` : `${data.rows.length} row(s)`)
+    count.textContent = (offset ? `rows ${first}-${last}` : `${data.rows.length} row(s)`)
       + " · click a header to sort";
     exports.hidden = false;
     pages.replaceChildren();
