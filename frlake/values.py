@@ -81,8 +81,8 @@ def cell_text(value: object) -> str:
 
 
 # The one way frlake shows a number or a time to a person (terminal tables, pages; CSV and JSON keep the
-# values whole): a share as a percentage, a size in bytes with its unit, other floats to four significant
-# digits (never -0), times in UTC to the second.
+# values whole): a share as a percentage, a size in bytes with its unit, a report's score to three decimals,
+# other floats to four significant digits (never -0), times in UTC to the second.
 SHARE_COLUMNS = ("rate", "share", "confidence")  # a column named so, or ending _rate or _share, is a share
 
 
@@ -92,6 +92,16 @@ def is_share(column: str) -> bool:
 
 def is_size(column: str) -> bool:
     return column in ("bytes", "size") or column.endswith(("_bytes", "_size"))
+
+
+def is_score(column: str) -> bool:
+    return column == "score" or column.endswith("_score")
+
+
+def score_text(score: float) -> str:
+    """``0.413``, ``0.046``, ``16.647``: a score (the hosts report's, the drain list's) to three decimals on
+    every row, so that a column of them reads as one."""
+    return f"{score:.3f}".replace("-0.000", "0.000")
 
 
 def percent_text(share: float) -> str:
@@ -124,6 +134,8 @@ def display_text(value: object, column: str = "") -> str:
     if isinstance(value, float) and value == value and abs(value) != float("inf"):
         if is_share(column):
             return percent_text(value)
+        if is_score(column):
+            return score_text(value)
         if is_size(column):
             return size_text(value)
         return float_text(value)

@@ -679,3 +679,37 @@ def test_the_entries_legend_says_what_a_gloo_dump_records(server, page):
     rows = page.eval_on_selector_all("#entries tbody tr", "rows => rows.map(r => [...r.cells].slice(0, 4).map(c => c.innerText))")
     assert ["tp 1", "4", "all_gather", "NO"] in rows  # rank 1 never joined it: not "yes", as the CLI says too
     _shot(page, "entries-gloo")
+
+
+@pytest.mark.parametrize("window, says", [("9:1", "is reversed"), ("abc", "whole numbers")])
+def test_a_chart_window_that_is_not_one_is_said_beside_the_form(server, page, window, says):
+    """9:1 drew an empty chart saying no collective was recorded; abc replaced the incident page with a 400."""
+    attempt = server + "/jobs/job-223715/attempts/0"
+    answer = page.goto(f"{attempt}?seq={urllib.parse.quote(window)}")
+    assert answer.status == 200
+    assert page.locator("#root-cause .culprit-host").inner_text() == "gpu-b03"  # the incident page is there
+    error = page.locator("#arrivals-window + #arrivals-error")
+    assert says in error.inner_text() and "default window" in error.inner_text()
+    page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
+    assert page.input_value("#arrivals-seq") == window  # what was typed stays, to be corrected
+    _shot(page, f"arrivals-window-{'reversed' if ':' in window else 'text'}")
+
+
+def test_hosts_and_drain_show_numbers_one_way_and_say_how_their_scores_relate(server, page):
+    """Scores of -0.0 (page and JSON export), decimals varying by row, a rate as 0.6471 where attempt pages
+    show percentages; and two pages answering "which host do I drain?" with no word about each other."""
+    page.goto(server + "/hosts")
+    scores, rates = _column(page, "hosts", 1), _column(page, "hosts", 4)
+    assert scores and all(re.fullmatch(r"\d+\.\d{3}", s) for s in scores), scores
+    assert all(re.fullmatch(r"\d+\.\d%", r) for r in rates), rates
+    assert "0.000" in scores  # hosts never blamed: not -0.000, not -0.0
+    exported = page.evaluate("async () => await (await fetch(document.querySelector('#hosts').closest('.table-box')"
+                             ".querySelector('a.export-json').href)).text()")
+    assert "-0.0" not in exported
+    page.click("#to-drain")
+    page.wait_for_url("**/reports/drain**")
+    assert "long-run share" in page.locator("#to-hosts").locator("..").inner_text()
+    assert all(re.fullmatch(r"\d+\.\d{3}", s) for s in _column(page, "drain", 2))
+    page.click("#to-hosts")
+    page.wait_for_url("**/hosts")
+    _shot(page, "hosts-scores")

@@ -54,9 +54,14 @@ def test_the_cli_and_the_api_give_the_same_view(corpus_lake):
 def test_bad_windows_and_ranks_are_clear_errors(corpus_lake):
     bad = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", HANG[0], "--seq", "x:y"])
     assert bad.exit_code == 2 and "A:B" in bad.output
+    reversed_ = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", HANG[0], "--seq", "9:1"])
+    assert reversed_.exit_code == 2 and "reversed" in reversed_.output
     client = create_app(ServerConfig(corpus_lake)).test_client()
     answer = client.get(f"/api/jobs/{HANG[0]}/attempts/0/entries?ranks=a-b")
     assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "bad_request"
+    for route in ("entries", "arrivals"):
+        answer = client.get(f"/api/jobs/{HANG[0]}/attempts/0/{route}?seq=9:1")
+        assert answer.status_code == 400 and "reversed" in answer.get_json()["error"]["message"]
     missing = runner.invoke(app, ["--lake", str(corpus_lake.lake), "entries", "job-NOPE"])
     assert missing.exit_code == 1 and "no dumps of job" in missing.output
 

@@ -70,7 +70,9 @@ FLAKY_HOSTS = f"""
     reasons AS (SELECT host, map(list(reason), list(n)) AS by_reason
                 FROM (SELECT host, reason, count(*) AS n FROM blamed GROUP BY ALL) GROUP BY host)
     SELECT per.host,
-           round((p + {Z}^2 / (2 * n) - {Z} * sqrt(p * (1 - p) / n + {Z}^2 / (4 * n * n))) / (1 + {Z}^2 / n), 4) AS score,
+           -- + 0.0: the bound of a host never blamed rounds to -0.0, which + 0.0 makes 0.0
+           round((p + {Z}^2 / (2 * n) - {Z} * sqrt(p * (1 - p) / n + {Z}^2 / (4 * n * n))) / (1 + {Z}^2 / n), 4)
+             + 0.0 AS score,
            per.attempts, per.culprit_attempts, round(p, 4) AS rate,
            coalesce(reasons.by_reason, MAP {{}}) AS by_reason,
            coalesce(per.evidence, []) AS evidence

@@ -39,6 +39,8 @@ class EntryFilter:
             end = (int(hi) if hi.strip() else None) if sep else start
         except ValueError:
             raise ValueError(f"a sequence window is A:B, A: or :B with whole numbers, not {text!r}") from None
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"the sequence window {text!r} is reversed: A:B runs from A up to B ({end}:{start})")
         return start, end
 
 

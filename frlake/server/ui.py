@@ -111,13 +111,19 @@ def _page_groups(groups: list[dict], culprits: Sequence[dict], limit: int = 200)
 
 def _arrivals(job: str, attempt: int, diag) -> Arrivals:
     """The arrivals the page embeds (?pg=, ?seq=A:B, ?around=N, ?last=N); a
-    group the attempt lacks shows the default group and says so."""
+    group the attempt lacks, or a window that is not one (``abc``, ``9:1``),
+    shows the default window and says why beside the form: the incident
+    page stays."""
     from frlake.query.attempt import UnknownGroup
 
     try:
         return arrivals_view(job, attempt, diag)
-    except UnknownGroup as exc:
-        return replace(session().arrivals(job, attempt, diagnosis=diag, con=views()), error=str(exc))
+    except (UnknownGroup, ApiError) as exc:
+        if isinstance(exc, ApiError) and exc.status != 400:
+            raise
+        why = exc.message if isinstance(exc, ApiError) else str(exc)
+        return replace(session().arrivals(job, attempt, diagnosis=diag, con=views()),
+                       error=f"{why}; the chart shows the default window")
 
 
 def _view_args() -> dict:
