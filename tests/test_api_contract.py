@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 from datetime import UTC
 
@@ -432,3 +433,21 @@ def test_integers_of_every_width_are_exact_in_the_json_the_csv_and_the_cli(app, 
     cli = CliRunner().invoke(frlake_cli.app, ["--lake", str(corpus_lake.lake), "query", sql, "-f", "csv"])
     assert cli.exit_code == 0, cli.output
     assert [line.split(",")[0] for line in cli.output.splitlines()[1:]] == [str(r[0]) for r in body["rows"]]
+
+
+def test_since_and_until_take_a_time_back_from_now_as_the_cli_does(app, corpus_lake):
+    """?since=7d was a 400 ("must be an ISO 8601 date") while --since 7d worked on the command line."""
+    client = app.test_client()
+    every = client.get("/api/jobs?per_page=500").get_json()["attempts"]
+    assert client.get("/api/jobs?per_page=500&since=36500d").get_json()["attempts"] == every
+    assert client.get("/api/jobs?per_page=500&since=0s").get_json()["attempts"] == []
+    assert client.get("/api/jobs?per_page=500&until=36500d").get_json()["attempts"] == []
+    web = client.get("/api/reports/hangs?since=36500d").get_json()
+    cli = CliRunner().invoke(frlake_cli.app, ["--lake", str(corpus_lake.lake), "report", "hangs", "--since", "36500d",
+                                              "-f", "json"])
+    assert cli.exit_code == 0, cli.output
+    assert web["rows"] and web["rows"] == json.loads(cli.output)
+    bad = client.get("/api/jobs?since=7days")
+    assert bad.status_code == 400 and "such as 7d or 12h" in bad.get_json()["error"]["message"]
+    page = client.get("/hosts?since=24h").get_data(as_text=True)
+    assert 'aria-current="true">24h</a>' in page and 'value="24h"' in page

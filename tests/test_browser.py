@@ -713,3 +713,15 @@ def test_hosts_and_drain_show_numbers_one_way_and_say_how_their_scores_relate(se
     page.click("#to-hosts")
     page.wait_for_url("**/hosts")
     _shot(page, "hosts-scores")
+
+
+def test_quick_ranges_and_a_time_back_from_now_filter_the_reports(server, page):
+    page.goto(server + "/reports/hangs")
+    page.click(".quick-ranges a:has-text('7d')")
+    page.wait_for_url("**since=7d**")
+    assert page.input_value("input[name=since]") == "7d"
+    assert page.get_attribute(".quick-ranges a:has-text('7d')", "aria-current") == "true"
+    page.fill("input[name=since]", "36500d")
+    page.click("form.filters button")
+    page.wait_for_url("**since=36500d**")
+    assert "gpu-b03" in page.locator("#hangs").inner_text()

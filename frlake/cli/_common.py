@@ -86,22 +86,14 @@ def notify_settings(urls, on, jobs, secret, public_url, config_file):
     return notify_config(urls or (), on, jobs, secret, public_url, config_file)
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_duration(text: str) -> float:
     """Seconds in ``90d``, ``12h``, ``10m``, ``30s``, ``2w`` or plain seconds."""
-    t = text.strip().lower()
+    from frlake.query.window import duration_seconds
+
     try:
-        if t and t[-1] in _UNITS:
-            value = float(t[:-1]) * _UNITS[t[-1]]
-        else:
-            value = float(t)
-    except ValueError:
-        raise UsageError(f"{text!r} is not a duration; write e.g. 90d, 12h, 10m or 30s") from None
-    if value < 0:
-        raise UsageError(f"{text!r}: a duration cannot be negative")
-    return value
+        return duration_seconds(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_date(text: str):

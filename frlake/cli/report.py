@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Annotated
 
@@ -16,12 +16,11 @@ from frlake.cli._common import (
     emit_rows,
     err_console,
     open_session,
-    parse_duration,
     user_errors,
 )
 from frlake.errors import UsageError
 from frlake.query.reports import REPORTS
-from frlake.query.window import parse_when
+from frlake.query.window import WHEN_HINT, parse_when
 
 WhenOpt = Annotated[str | None, typer.Option(
     help="An ISO 8601 date (a whole day, UTC), a date-time with its offset, e.g. 2026-11-29 or "
@@ -51,13 +50,7 @@ def _when(name: str, text: str | None) -> date | datetime | None:
     try:
         return parse_when(text)
     except ValueError:
-        pass
-    try:
-        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
-    except UsageError:
-        raise UsageError(f"--{name} must be an ISO 8601 date or date-time such as 2026-11-29 or "
-                         f"2026-11-29T14:00:00+01:00, or a time back from now such as 7d or 12h, "
-                         f"not {text!r}") from None
+        raise UsageError(f"--{name} must be {WHEN_HINT}, not {text!r}") from None
 
 
 def report_command(

@@ -5,17 +5,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+QUICK_RANGES = ("1h", "24h", "7d", "30d")  # the web's buttons beside a since field
+WHEN_HINT = ("an ISO 8601 date such as 2026-11-29 or date-time such as 2026-11-29T14:00:00+01:00 (without an "
+             "offset: UTC), or a time back from now such as 7d or 12h")
 
-def parse_when(text: str) -> date | datetime:
+
+def duration_seconds(text: str) -> float:
+    """Seconds in ``90d``, ``12h``, ``10m``, ``30s``, ``2w`` or plain seconds; ValueError otherwise."""
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * _UNITS[t[-1]] if t and t[-1] in _UNITS else float(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration; write e.g. 90d, 12h, 10m or 30s") from None
+    if value < 0 or value != value:
+        raise ValueError(f"{text!r}: a duration cannot be negative")
+    return value
+
+
+def parse_when(text: str, now: datetime | None = None) -> date | datetime:
     """A --since / --until / ?since= value: an ISO 8601 date (a whole day, UTC)
-    or date-time, with an offset or ``Z`` (without one it is UTC). ValueError
-    if it is neither."""
+    or date-time, with an offset or ``Z`` (without one it is UTC), or a time
+    back from ``now`` (7d, 12h: a duration). ValueError if it is none of them."""
     text = text.strip()
-    if len(text) == 10:
+    if len(text) == 10 and text[4:5] == "-":
         return date.fromisoformat(text)
-    if len(text) < 13 or text[10] not in "T ":
-        raise ValueError(f"not an ISO 8601 date or date-time: {text!r}")
-    return datetime.fromisoformat(text)
+    if len(text) >= 13 and text[10] in "T ":
+        return datetime.fromisoformat(text)
+    try:
+        back = duration_seconds(text)
+    except ValueError:
+        raise ValueError(f"not {WHEN_HINT}: {text!r}") from None
+    return (now or datetime.now(UTC)) - timedelta(seconds=back)
 
 
 @dataclass(frozen=True)

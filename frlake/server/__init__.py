@@ -134,6 +134,9 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(_names, "names")
     app.add_template_filter(_with_page, "with_page")
     app.add_template_filter(_with_args, "with_args")
+    from frlake.query.window import QUICK_RANGES
+
+    app.jinja_env.globals["quick_ranges"] = QUICK_RANGES
     alerts = None
     if config.notify is not None:
         from frlake.server.alerts import Alerts

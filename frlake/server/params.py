@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from flask import Flask, request, url_for
 
 from frlake.entities import REASONS, VERDICTS, Diagnosis
-from frlake.query.window import Window, parse_when
+from frlake.query.window import WHEN_HINT, Window, parse_when
 from frlake.server.context import config, memoized, session, views
 from frlake.server.errors import ApiError
 
@@ -71,8 +71,7 @@ def when_arg(name: str) -> date | datetime | None:
     try:
         return parse_when(text)
     except ValueError:
-        raise ApiError(400, "bad_request", f"'{name}' must be an ISO 8601 date like 2026-11-29 or a date-time like "
-                                           f"2026-11-29T14:00:00+01:00 (without an offset: UTC), not {text!r}") from None
+        raise ApiError(400, "bad_request", f"'{name}' must be {WHEN_HINT}, not {text!r}") from None
 
 
 def int_arg(name: str, default: int, lo: int = 0, hi: int = 10**9) -> int:
