@@ -725,3 +725,38 @@ def test_quick_ranges_and_a_time_back_from_now_filter_the_reports(server, page):
     page.click("form.filters button")
     page.wait_for_url("**since=36500d**")
     assert "gpu-b03" in page.locator("#hangs").inner_text()
+
+
+PHONE_KEYS = [  # (page, table): what a cut cell would hide on a phone: a root cause, a stack, who is behind
+    ("/", "jobs"), ("/reports/hangs", "hangs"), ("/reports/causes", "causes"),
+    ("/jobs/job-223715/attempts/0", "groups"),
+    ("/jobs/job-223715/attempts/0/entries", "stack-diff"), ("/hosts", "hosts"), ("/reports/drain", "drain"),
+]
+
+
+def test_on_a_phone_every_cell_of_the_key_tables_lies_within_the_screen(server, page):
+    """At 390 px the jobs list's root cause ended at "rank 0 on" (the rest beyond the screen, in a box that
+    scrolled with no cue), as did the hangs report's stack, hosts and cause and the attempt page's "behind".
+    Rows are cards now; a table that must still scroll (ranks side by side) says so."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        for url, table in PHONE_KEYS:
+            page.goto(server + url)
+            cells = page.eval_on_selector_all(f"#{table} tbody tr:not(.empty) td", """tds => tds.map(td => {
+                const r = td.getBoundingClientRect();
+                return [td.dataset.label || "", td.innerText, r.left, r.right, td.scrollWidth - td.clientWidth]; })""")
+            assert cells, (url, table)
+            for label, text, left, right, hidden in cells:
+                assert left >= 0 and right <= 390 and hidden <= 1, (url, table, label, text, left, right)
+            assert all(label for label, *_ in cells), (url, table)  # each line says which column it is
+        page.goto(server + "/")
+        causes = page.eval_on_selector_all("#jobs td[data-label='root cause']", "tds => tds.map(td => td.innerText)")
+        assert any(re.fullmatch(r"rank \d+ on \S+ \(\w+\)", c) for c in causes), causes  # whole, not "rank 0 on"
+        _shot(page, "jobs-phone")
+        page.goto(server + "/jobs/job-f70c5d/attempts/0/entries")
+        assert page.locator("#entries").locator("xpath=../..").locator(".scroll-hint").is_visible()
+        page.locator("#entries").locator("xpath=..").evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+        page.wait_for_function("() => document.getElementById('entries').closest('.table-box').classList.contains('at-end')")
+        _shot(page, "entries-phone")
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})

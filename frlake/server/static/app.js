@@ -543,6 +543,34 @@ function openInPerfetto(button) {
 
 /* ---------- narrow screens: the facets and the schema fold above the table ---------- */
 
+/* A card's lines are "header: value": each cell is labelled with its column's header (CSS shows the label
+   on a phone only). */
+function labelCells(table) {
+  const headers = Array.from(table.querySelectorAll("thead th"), th => th.textContent.trim());
+  table.querySelectorAll("tbody tr:not(.empty)").forEach(tr => {
+    Array.from(tr.cells).forEach((td, i) => { if (headers[i]) td.dataset.label = headers[i]; });
+  });
+}
+
+/* A table wider than its box says so: a shade at the edge it scrolls towards and "scroll sideways" above it. */
+function showScrolling(box) {
+  const outer = box.closest(".table-box");
+  const tools = outer.querySelector(".table-tools");
+  const mark = () => {
+    const wide = box.scrollWidth > box.clientWidth + 1;
+    outer.classList.toggle("scrolls", wide);
+    outer.classList.toggle("at-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+    outer.style.setProperty("--scroll-top", `${box.offsetTop}px`);
+    let hint = tools && tools.querySelector(".scroll-hint");
+    if (wide && tools && !hint) tools.prepend(hint = element("span", {className: "scroll-hint", textContent: "scroll sideways →"}));
+    if (hint) hint.hidden = !wide;
+  };
+  box.addEventListener("scroll", mark, {passive: true});
+  new ResizeObserver(mark).observe(box);
+  if (box.firstElementChild) new ResizeObserver(mark).observe(box.firstElementChild);
+  mark();
+}
+
 function foldOnNarrowScreens() {
   if (!window.matchMedia("(max-width: 760px)").matches) return;
   document.querySelectorAll("details.facets:not([data-active]), details.schema").forEach(d => { d.open = false; });
@@ -602,4 +630,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (found("complete-form")) completeForm(found("complete-form"));
   if (found("open-perfetto")) openInPerfetto(found("open-perfetto"));
   foldOnNarrowScreens();
+  document.querySelectorAll("table.data.cards").forEach(labelCells);
+  document.querySelectorAll(".table-box .scroll").forEach(showScrolling);
 });
