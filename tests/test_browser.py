@@ -305,7 +305,9 @@ def test_the_attempt_page_says_host_or_code_beside_the_root_cause(server, page):
     page.locator("#root-cause").screenshot(path=str(SHOTS / "attempt-cause.png"))
     page.goto(server + "/jobs/job-5f5228/attempts/1")  # its first incident: nothing before it
     assert page.locator("#cause-call").inner_text() == "unclear"
-    assert "no history before this incident" in page.locator("#cause-why").inner_text()
+    why = page.locator("#cause-why").inner_text()  # not "no history ... Evidence: 0 of the 6 earlier attempt(s)"
+    assert why.startswith("unclear: no earlier incident to judge from: gpu-b03 was the root cause in none of the ")
+    assert "no history" not in why
     page.goto(server + "/reports/causes")
     calls = {r.split("\t")[0]: r for r in page.locator("#causes tbody tr").all_inner_texts()}
     assert "host" in calls["job-f70c5d#0"] and "unclear" in calls["job-5f5228#1"]
@@ -760,3 +762,44 @@ def test_on_a_phone_every_cell_of_the_key_tables_lies_within_the_screen(server, 
         _shot(page, "entries-phone")
     finally:
         page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_keyboard_icon_summary_severity_and_a_404_that_offers_the_nearest_jobs(server, page):
+    """No skip link (11 Tabs to the search box), the browser's thin focus ring on the dark bar, a 404 for
+    /favicon.ico (the only console error), a jobs list with no summary and verdicts sorted alphabetically,
+    and a mistyped job's 404 listing 8 names alphabetically."""
+    errors = []
+    page.on("console", lambda m: errors.append((page.url, m.text)) if m.type == "error" else None)
+    for _, url in LOOKED_AT:
+        page.goto(server + url)
+        _drawn(page)
+    assert errors == []
+    icon = page.request.get(server + "/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    page.goto(server + "/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip"
+    assert page.locator("a.skip").is_visible()
+    ring = page.evaluate("getComputedStyle(document.activeElement).outlineWidth")
+    assert float(ring.rstrip("px")) >= 3
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    page.keyboard.press("Tab")  # then the breadcrumb and the search box, not the 11 links of the bar first
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "q", page.evaluate("document.activeElement.outerHTML")
+    summary = page.locator("#jobs-summary").inner_text()
+    order = ["mismatch", "hang", "incomplete", "straggler", "healthy"]
+    attempts = page.request.get(server + "/api/jobs?per_page=500").json()["attempts"]
+    counts = {v: sum(a["verdict"] == v for a in attempts) for v in order}
+    assert summary == f"{len(attempts)} attempt(s): " + ", ".join(f"{n} {v}" for v, n in counts.items() if n), summary
+    page.click("#jobs thead th:has-text('verdict')")
+    verdicts = _column(page, "jobs", 2)
+    assert verdicts == sorted(verdicts, key=["mismatch", "hang", "incomplete", "straggler", "healthy"].index)
+    facet = page.eval_on_selector_all(".facet[data-facet=verdict] li a", "as => as.map(a => a.innerText)")
+    assert facet == [v for v in order if counts[v]]
+    answer = page.goto(server + "/jobs/job-22371")
+    assert answer.status == 404
+    offered = page.eval_on_selector_all("#error-see a", "as => as.map(a => a.innerText)")
+    assert offered[0] == "job-223715"
+    jobs = len({a["job"] for a in attempts})
+    assert f"the {min(8, jobs)} nearest of its {jobs} job(s)" in page.locator("main").inner_text()

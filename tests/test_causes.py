@@ -106,7 +106,7 @@ def test_a_first_incident_with_no_history_is_unclear(host_history):
         first = _calls(fl)[("job-one", 0)]
     assert (first["call"], first["confidence"]) == ("unclear", None)
     assert first["host_incidents"] == 0 and first["stall_incidents"] == 0
-    assert first["why"].startswith("unclear: no history before this incident")
+    assert first["why"].startswith("unclear: no earlier incident to judge from: ")
 
 
 def test_one_stack_hanging_on_many_hosts_across_attempts_of_a_job_is_code(code_history):

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 
 from frlake.entities import BLAMED_VERDICTS, INCIDENT_VERDICTS, exit_words
 from frlake.query.window import Window
-from frlake.values import Record, Row
+from frlake.values import Record, Row, percent_text
 
 if TYPE_CHECKING:
     import duckdb
@@ -287,11 +287,12 @@ def why(row: Row) -> str:
         parts.append("the culprit's host is unknown")
     else:
         incidents, attempts = _n(row["host_incidents"]), _n(row["host_attempts"])
-        text = f"{host} was the root cause in {incidents} of the {attempts} earlier attempt(s) it ran"
+        text = (f"{host} was the root cause in {incidents} of the {attempts} earlier attempt(s) it ran" if attempts
+                else f"{host} ran no earlier attempt")
         if incidents:
             text += (f", in {_n(row['host_jobs'])} job(s), at {_n(row['host_stalls'])} stall(s); "
-                     f"rate at least {row['host_rate_low'] or 0:.2f} (95%) against the fleet's "
-                     f"{row['fleet_rate'] or 0:.2f}")
+                     f"rate at least {percent_text(row['host_rate_low'] or 0)} (95%) against the fleet's "
+                     f"{percent_text(row['fleet_rate'] or 0)}")
         parts.append(text)
         if row.get("culprit_host_inferred"):
             parts.append(f"{host} is inferred from where the ranks beside it ran (no file of the rank names it; "
@@ -336,7 +337,9 @@ def _deciding(row: Row) -> str:
     if host_strong and code_strong:
         return f"unclear: both point at a cause: {host}'s record (root cause in {record}) and the stall's ({stall})"
     if incidents == 0 and _n(row.get("stall_incidents")) == 0:
-        return "unclear: no history before this incident"
+        ran = (f"{host} was the root cause in none of the {attempts} earlier attempt(s) it ran" if host and attempts
+               else f"{host} ran no earlier attempt" if host else "the culprit's host is unknown")
+        return f"unclear: no earlier incident to judge from: {ran}, and the same stall stopped no earlier attempt"
     if host is None:
         return f"unclear: the culprit's host is unknown, so it has no record to read, and {stall}"
     rate_above = row.get("host_rate_low") is not None and (row["host_rate_low"] or 0) > (row.get("fleet_rate") or 0)
@@ -349,8 +352,8 @@ def _deciding(row: Row) -> str:
         return (f"unclear: rank {row['culprit_rank']} of this job was the root cause on "
                 f"{_n(row['rank_elsewhere'])} other host(s) before, which points away from {host}")
     if row.get("host_record"):
-        return (f"unclear: {host}'s rate of root causes (at least {row.get('host_rate_low') or 0:.2f}, 95%) is not "
-                f"above the fleet's ({row.get('fleet_rate') or 0:.2f}), and {stall}")
+        return (f"unclear: {host}'s rate of root causes (at least {percent_text(row.get('host_rate_low') or 0)}, "
+                f"95%) is not above the fleet's ({percent_text(row.get('fleet_rate') or 0)}), and {stall}")
     return (f"unclear: {host}'s record is too short to blame it (root cause in {record}; {HOST_MIN_INCIDENTS} in "
             f"{HOST_MIN_SPREAD} jobs or at {HOST_MIN_SPREAD} stalls are needed), and {stall}")
 

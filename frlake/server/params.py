@@ -6,6 +6,7 @@ a parameter the route does not take is a 400 that names the ones it does
 from __future__ import annotations
 
 import difflib
+import heapq
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -119,9 +120,24 @@ def list_attempts_args() -> dict:
 
 
 def similar(word: str, known: list[str], n: int = 8) -> list[str]:
-    """The known names closest to a mistyped one (then the first ones)."""
-    close = difflib.get_close_matches(word, known, n=n, cutoff=0.5)
-    return close + [k for k in known if k not in close][: max(0, n - len(close))]
+    """The ``n`` known names nearest a mistyped one, nearest first: those that hold it (or that it holds),
+    any case, then by difflib's likeness; never merely the first ones. The likeness is computed for the 64
+    names its quick bound ranks highest, so a lake of 100,000 jobs answers a 404 at once."""
+    w = word.lower()
+
+    def held(k: str) -> bool:
+        return w in k.lower() or k.lower() in w
+
+    matcher = difflib.SequenceMatcher(None, b=w)
+    bound = []
+    for k in known:
+        matcher.set_seq1(k.lower())
+        bound.append((not held(k), -matcher.quick_ratio(), k))
+    scored = []
+    for _, _, k in heapq.nsmallest(max(64, n), bound):
+        matcher.set_seq1(k.lower())
+        scored.append((not held(k), -matcher.ratio(), k))
+    return [k for _, _, k in sorted(scored)[:n]]
 
 
 def known_job(job: str) -> list[int]:
@@ -129,9 +145,12 @@ def known_job(job: str) -> list[int]:
     numbers = [a for _, a in session().attempt_keys(job)]
     if not numbers:
         jobs = sorted({j for j, _ in session().attempt_keys()})
+        near = similar(job, jobs)
         raise ApiError(404, "not_found", f"no job {job!r} in the lake"
-                       + (f"; there are {len(jobs)} job(s)" if jobs else "; the lake is empty"),
-                       see=[(j, url_for("ui.job", job=j)) for j in similar(job, jobs)])
+                       + (f"; the {len(near)} nearest of its {len(jobs):,} job(s) are below" if jobs
+                          else "; the lake is empty"),
+                       see=[(j, url_for("ui.job", job=j)) for j in near]
+                       + ([(f"search the jobs for {job!r}", url_for("ui.jobs", q=job))] if len(jobs) > len(near) else []))
     return numbers
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from flask import Blueprint, current_app, render_template, request, url_for
+from flask import Blueprint, current_app, redirect, render_template, request, url_for
 
 from frlake.entities import REASONS, VERDICTS, Kind
 from frlake.query.attempt import Arrivals
@@ -61,9 +61,13 @@ def jobs():
                    [[a.job, a.attempt, a.verdict, _root(a), " ".join(a.hosts), a.n_dumps, iso_ns(a.started_ns)]
                     for a in rows])
     watcher = current_app.extensions.get("frlake_watch")
+    # the verdicts most severe first (Verdict's order of precedence), in the facets and the summary line
+    severity = {v: i for i, v in enumerate(VERDICTS)}
+    by_verdict = sorted(facets.verdict, key=lambda pair: (severity.get(pair[0], len(severity)), pair[0] or ""))
+    facets = replace(facets, verdict=tuple(by_verdict))
     return respond("jobs.html", [table], rows=rows, total=total, page=page, per_page=per_page,
-                   pages=max(1, -(-total // per_page)), filters=request.args, facets=facets,
-                   watch=watcher.status() if watcher else None, notify=notify_state())
+                   pages=max(1, -(-total // per_page)), filters=request.args, facets=facets, by_verdict=by_verdict,
+                   severity=severity, watch=watcher.status() if watcher else None, notify=notify_state())
 
 
 @bp.get("/jobs/<path:job>/attempts/<int:attempt>")
@@ -287,3 +291,10 @@ def _query_export(text: str, offset: int, fmt: str):
 @takes()
 def upload():
     return render_template("upload.html", needs_token=bool(config().token))
+
+
+@bp.get("/favicon.ico")
+@takes()
+def favicon():
+    """Where a browser or a tool asks for the icon without reading the page's <link rel="icon">."""
+    return redirect(url_for("static", filename="favicon.svg"), 301)

@@ -512,7 +512,11 @@ function sqlConsole(form) {
   field.addEventListener("keydown", event => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); run(0); }
   });
-  if (status.dataset.autorun) run(Number(status.dataset.offset) || 0);
+  if (status.dataset.autorun && document.getElementById("token") && !token()) {
+    // a shared link on a server with a token: ask for it rather than send a query that is refused
+    status.className = "status error";
+    status.textContent = "error: this server runs queries only with its token: paste it above, then run (Ctrl+Enter)";
+  } else if (status.dataset.autorun) run(Number(status.dataset.offset) || 0);
 }
 
 /* ---------- Open in Perfetto: ui.perfetto.dev's postMessage protocol (perfetto.dev/docs/visualization/
