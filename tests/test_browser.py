@@ -608,6 +608,14 @@ def test_the_job_chart_has_even_ticks_and_a_legend_of_verdicts(server, page):
     _shot(page, "job-chart")
 
 
+@pytest.fixture(params=[1366, 390], ids=["desktop", "phone"])
+def width(request, page):
+    """The test at a desktop's width and at a phone's (390 x 844)."""
+    page.set_viewport_size({"width": request.param, "height": 768 if request.param > 800 else 844})
+    yield request.param
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
 def _api_query(server, sql):
     req = urllib.request.Request(server + "/api/query", data=json.dumps({"sql": sql}).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
@@ -622,7 +630,7 @@ def _run_sql(page, sql):
     page.wait_for_function("() => !document.getElementById('sql-status').textContent.startsWith('running')")
 
 
-def test_the_sql_page_shows_64_bit_integers_as_the_lake_holds_them(server, page):
+def test_the_sql_page_shows_64_bit_integers_as_the_lake_holds_them(server, page, width):
     """stack_id and the nanosecond times are past 2**53: parsed as doubles, 5775541967842821955 showed as
     5775541967842822000, and pasted back into a WHERE found no row."""
     page.goto(server + "/sql")
@@ -644,10 +652,10 @@ def test_the_sql_page_shows_64_bit_integers_as_the_lake_holds_them(server, page)
                                               "9007199254740994", "18446744073709551615"]
     page.click("#sql-result thead th")
     assert _column(page, "sql-result", 0)[0] == "18446744073709551615"
-    _shot(page, "sql-exact")
+    _shot(page, f"sql-exact-{width}")
 
 
-def test_the_sql_page_clears_the_last_result_while_a_query_runs_and_when_it_fails(server, page):
+def test_the_sql_page_clears_the_last_result_while_a_query_runs_and_when_it_fails(server, page, width):
     page.goto(server + "/sql")
     page.fill("#token", TOKEN)
     _run_sql(page, "SELECT range AS i FROM range(30)")
@@ -669,7 +677,7 @@ def test_the_sql_page_clears_the_last_result_while_a_query_runs_and_when_it_fail
                            timeout=120_000)
 
 
-def test_the_entries_legend_says_what_a_gloo_dump_records(server, page):
+def test_the_entries_legend_says_what_a_gloo_dump_records(server, page, width):
     """gloo's recorder leaves every entry "scheduled": a legend of "C completed, S started, Q scheduled"
     over a table of Qs read as if nothing ever ran."""
     page.goto(server + "/jobs/job-223715/attempts/0/entries")
@@ -680,11 +688,11 @@ def test_the_entries_legend_says_what_a_gloo_dump_records(server, page):
     assert "C completed" not in legend
     rows = page.eval_on_selector_all("#entries tbody tr", "rows => rows.map(r => [...r.cells].slice(0, 4).map(c => c.innerText))")
     assert ["tp 1", "4", "all_gather", "NO"] in rows  # rank 1 never joined it: not "yes", as the CLI says too
-    _shot(page, "entries-gloo")
+    _shot(page, f"entries-gloo-{width}")
 
 
 @pytest.mark.parametrize("window, says", [("9:1", "is reversed"), ("abc", "whole numbers")])
-def test_a_chart_window_that_is_not_one_is_said_beside_the_form(server, page, window, says):
+def test_a_chart_window_that_is_not_one_is_said_beside_the_form(server, page, window, says, width):
     """9:1 drew an empty chart saying no collective was recorded; abc replaced the incident page with a 400."""
     attempt = server + "/jobs/job-223715/attempts/0"
     answer = page.goto(f"{attempt}?seq={urllib.parse.quote(window)}")
@@ -694,10 +702,10 @@ def test_a_chart_window_that_is_not_one_is_said_beside_the_form(server, page, wi
     assert says in error.inner_text() and "default window" in error.inner_text()
     page.wait_for_function("() => Chart.getChart(document.getElementById('arrivals')) !== undefined")
     assert page.input_value("#arrivals-seq") == window  # what was typed stays, to be corrected
-    _shot(page, f"arrivals-window-{'reversed' if ':' in window else 'text'}")
+    _shot(page, f"arrivals-window-{'reversed' if ':' in window else 'text'}-{width}")
 
 
-def test_hosts_and_drain_show_numbers_one_way_and_say_how_their_scores_relate(server, page):
+def test_hosts_and_drain_show_numbers_one_way_and_say_how_their_scores_relate(server, page, width):
     """Scores of -0.0 (page and JSON export), decimals varying by row, a rate as 0.6471 where attempt pages
     show percentages; and two pages answering "which host do I drain?" with no word about each other."""
     page.goto(server + "/hosts")
@@ -714,10 +722,10 @@ def test_hosts_and_drain_show_numbers_one_way_and_say_how_their_scores_relate(se
     assert all(re.fullmatch(r"\d+\.\d{3}", s) for s in _column(page, "drain", 2))
     page.click("#to-hosts")
     page.wait_for_url("**/hosts")
-    _shot(page, "hosts-scores")
+    _shot(page, f"hosts-scores-{width}")
 
 
-def test_quick_ranges_and_a_time_back_from_now_filter_the_reports(server, page):
+def test_quick_ranges_and_a_time_back_from_now_filter_the_reports(server, page, width):
     page.goto(server + "/reports/hangs")
     page.click(".quick-ranges a:has-text('7d')")
     page.wait_for_url("**since=7d**")
@@ -764,7 +772,7 @@ def test_on_a_phone_every_cell_of_the_key_tables_lies_within_the_screen(server, 
         page.set_viewport_size({"width": 1400, "height": 1000})
 
 
-def test_keyboard_icon_summary_severity_and_a_404_that_offers_the_nearest_jobs(server, page):
+def test_keyboard_icon_summary_severity_and_a_404_that_offers_the_nearest_jobs(server, page, width):
     """No skip link (11 Tabs to the search box), the browser's thin focus ring on the dark bar, a 404 for
     /favicon.ico (the only console error), a jobs list with no summary and verdicts sorted alphabetically,
     and a mistyped job's 404 listing 8 names alphabetically."""
@@ -795,7 +803,7 @@ def test_keyboard_icon_summary_severity_and_a_404_that_offers_the_nearest_jobs(s
     page.click("#jobs thead th:has-text('verdict')")
     verdicts = _column(page, "jobs", 2)
     assert verdicts == sorted(verdicts, key=["mismatch", "hang", "incomplete", "straggler", "healthy"].index)
-    facet = page.eval_on_selector_all(".facet[data-facet=verdict] li a", "as => as.map(a => a.innerText)")
+    facet = page.eval_on_selector_all(".facet[data-facet=verdict] li a", "as => as.map(a => a.textContent)")
     assert facet == [v for v in order if counts[v]]
     answer = page.goto(server + "/jobs/job-22371")
     assert answer.status == 404
