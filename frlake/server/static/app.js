@@ -570,9 +570,10 @@ function showScrolling(box) {
     if (hint) hint.hidden = !wide;
   };
   box.addEventListener("scroll", mark, {passive: true});
-  new ResizeObserver(mark).observe(box);
-  if (box.firstElementChild) new ResizeObserver(mark).observe(box.firstElementChild);
-  mark();
+  // first called once the page is laid out (no layout forced before the load), then on every resize
+  const sizes = new ResizeObserver(mark);
+  sizes.observe(box);
+  if (box.firstElementChild) sizes.observe(box.firstElementChild);
 }
 
 function foldOnNarrowScreens() {
@@ -634,6 +635,11 @@ document.addEventListener("DOMContentLoaded", () => {
   if (found("complete-form")) completeForm(found("complete-form"));
   if (found("open-perfetto")) openInPerfetto(found("open-perfetto"));
   foldOnNarrowScreens();
-  document.querySelectorAll("table.data.cards").forEach(labelCells);
+  // the labels show on a narrow screen only (app.css): made when the screen is, or becomes, narrow
+  const narrow = window.matchMedia("(max-width: 760px)");
+  const label = () => { if (narrow.matches) document.querySelectorAll("table.data.cards:not([data-labelled])")
+    .forEach(t => { labelCells(t); t.dataset.labelled = ""; }); };
+  label();
+  narrow.addEventListener("change", label);
   document.querySelectorAll(".table-box .scroll").forEach(showScrolling);
 });
