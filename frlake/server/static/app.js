@@ -564,7 +564,7 @@ function showScrolling(box) {
     const wide = box.scrollWidth > box.clientWidth + 1;
     outer.classList.toggle("scrolls", wide);
     outer.classList.toggle("at-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
-    outer.style.setProperty("--scroll-top", `${box.offsetTop}px`);
+    if (wide) outer.style.setProperty("--scroll-top", `${box.offsetTop}px`);
     let hint = tools && tools.querySelector(".scroll-hint");
     if (wide && tools && !hint) tools.prepend(hint = element("span", {className: "scroll-hint", textContent: "scroll sideways →"}));
     if (hint) hint.hidden = !wide;
@@ -641,5 +641,6 @@ document.addEventListener("DOMContentLoaded", () => {
     .forEach(t => { labelCells(t); t.dataset.labelled = ""; }); };
   label();
   narrow.addEventListener("change", label);
-  document.querySelectorAll(".table-box .scroll").forEach(showScrolling);
+  // the scroll cue waits for the page to have loaded: it is not worth delaying the first rows for
+  window.addEventListener("load", () => document.querySelectorAll(".table-box .scroll").forEach(showScrolling));
 });
