@@ -198,7 +198,8 @@ def _unpickle(data: bytes) -> object:
     except EOFError:
         raise DumpRejected("truncated", "the pickle ends before its STOP opcode (truncated file)") from None
     except MemoryError:
-        _refuse_overrun(data)
+        if _fastpickle is None:  # the compiled walk ran before the unpickler did
+            _refuse_overrun(data)
         raise DumpRejected("over_memory_budget", "the pickle expands to more than the memory budget allows") from None
     except pickle.UnpicklingError as exc:
         text = str(exc)

@@ -23,10 +23,10 @@ def duration_seconds(text: str) -> float:
     return value
 
 
-def parse_when(text: str, now: datetime | None = None) -> date | datetime:
+def parse_when(text: str) -> date | datetime:
     """A --since / --until / ?since= value: an ISO 8601 date (a whole day, UTC)
     or date-time, with an offset or ``Z`` (without one it is UTC), or a time
-    back from ``now`` (7d, 12h: a duration). ValueError if it is none of them."""
+    back from now (7d, 12h: a duration). ValueError if it is none of them."""
     text = text.strip()
     if len(text) == 10 and text[4:5] == "-":
         return date.fromisoformat(text)
@@ -36,7 +36,7 @@ def parse_when(text: str, now: datetime | None = None) -> date | datetime:
         back = duration_seconds(text)
     except ValueError:
         raise ValueError(f"not {WHEN_HINT}: {text!r}") from None
-    return (now or datetime.now(UTC)) - timedelta(seconds=back)
+    return datetime.now(UTC) - timedelta(seconds=back)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def create_app(config: ServerConfig) -> Flask:
         waiting_text,
         weaker_text,
     )
-    from frlake.values import float_text, percent_text, score_text
+    from frlake.values import percent_text, score_text
 
     app.add_template_filter(_when, "ns_time")
     app.add_template_filter(_when, "when")
@@ -125,7 +125,6 @@ def create_app(config: ServerConfig) -> Flask:
     app.add_template_filter(ranks_text, "ranks_text")
     app.add_template_filter(score_text, "score")  # numbers as frlake.values shows them to people, as the CLI does
     app.add_template_filter(percent_text, "percent")
-    app.add_template_filter(float_text, "number")
     app.add_template_filter(hosts_text, "hosts_text")
     app.add_template_filter(detail_text, "detail_text")
     app.add_template_filter(weaker_text, "weaker_text")
