@@ -110,57 +110,54 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "compare.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frlake-compare-"))
-    trees = {}
-    try:
-        for side in ("before", "after"):
-            rev = getattr(args, side)
-            trees[side] = work / side
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(trees[side]), rev],
-                           check=True)
-            if (trees[side] / "setup.py").exists():  # the compiled parser, built in place (Cython: the test extra)
-                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=trees[side],
-                               check=True, capture_output=True)
-        sys.path.insert(0, str(HERE))
-        from synth import write_job
+    sys.path.insert(0, str(HERE))
+    from measure import checkouts
 
-        big, small = work / "dumps-diagnose", work / "dumps-ingest"
-        write_job(big, args.world, args.entries, job="cmp", fault=args.fault, culprit=min(700, args.world - 1))
-        if not args.no_ingest:
-            write_job(small, args.ingest_world, 2000, job="cmp-ingest")
-            if args.flat:
-                flatten(small / "cmp-ingest")
-        for side, tree in trees.items():
-            run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "ingest", str(big))
-        diag = {side: [] for side in trees}
-        ingest = {side: [] for side in trees}
-        for _ in range(args.rounds):
-            for side, tree in trees.items():
-                wall, cpu, warm_wall, warm_cpu, verdict, rank = run(tree, _DIAGNOSE, str(work / f"lake-{side}"),
-                                                                    "diagnose")
-                diag[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "warm_wall_s": float(warm_wall),
-                                   "warm_cpu_s": float(warm_cpu), "verdict": verdict, "rank": rank})
-                if not args.no_ingest:
-                    wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
-                    ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
-        out = {"before": args.before, "after": args.after, "rounds": args.rounds, "world": args.world,
-               "entries": args.entries, "fault": args.fault, "ingest_world": args.ingest_world, "flat": args.flat, "diagnose": diag,
-               "ingest": ingest}
-        for name, runs in (("diagnose", diag), ("ingest", ingest)):
-            if not runs["before"]:
-                continue
-            for key in ("wall_s", "cpu_s", "warm_wall_s", "warm_cpu_s") if name == "diagnose" else ("wall_s", "cpu_s"):
-                b, a = (statistics.median(r[key] for r in runs[s]) for s in ("before", "after"))
-                out[f"{name}_{key}_median"] = {"before": round(b, 3), "after": round(a, 3), "ratio": round(a / b, 3)}
-                print(f"{name:9} {key:11} median: before {b:.3f} s, after {a:.3f} s, after/before {a / b:.3f}")
-        for side in trees:
-            answers = {(r["verdict"], r["rank"]) for r in diag[side]}
-            print(f"{side}: diagnosis {answers}")
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    try:
+        with checkouts(ROOT, work, {"before": args.before, "after": args.after}) as trees:
+            compare(args, work, trees)
     finally:
-        for tree in trees.values():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def compare(args, work: Path, trees: dict[str, Path]) -> None:
+    """The diagnosis (and the ingest) of each side's tree, round by round; the medians and their ratios."""
+    from synth import write_job
+
+    big, small = work / "dumps-diagnose", work / "dumps-ingest"
+    write_job(big, args.world, args.entries, job="cmp", fault=args.fault, culprit=min(700, args.world - 1))
+    if not args.no_ingest:
+        write_job(small, args.ingest_world, 2000, job="cmp-ingest")
+        if args.flat:
+            flatten(small / "cmp-ingest")
+    for side, tree in trees.items():
+        run(tree, _DIAGNOSE, str(work / f"lake-{side}"), "ingest", str(big))
+    diag = {side: [] for side in trees}
+    ingest = {side: [] for side in trees}
+    for _ in range(args.rounds):
+        for side, tree in trees.items():
+            wall, cpu, warm_wall, warm_cpu, verdict, rank = run(tree, _DIAGNOSE, str(work / f"lake-{side}"),
+                                                                "diagnose")
+            diag[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "warm_wall_s": float(warm_wall),
+                               "warm_cpu_s": float(warm_cpu), "verdict": verdict, "rank": rank})
+            if not args.no_ingest:
+                wall, cpu, plain, n = run(tree, _INGEST, str(work / f"ilake-{side}"), str(small))
+                ingest[side].append({"wall_s": float(wall), "cpu_s": float(cpu), "plain_cpu_s": float(plain)})
+    out = {"before": args.before, "after": args.after, "rounds": args.rounds, "world": args.world,
+           "entries": args.entries, "fault": args.fault, "ingest_world": args.ingest_world, "flat": args.flat, "diagnose": diag,
+           "ingest": ingest}
+    for name, runs in (("diagnose", diag), ("ingest", ingest)):
+        if not runs["before"]:
+            continue
+        for key in ("wall_s", "cpu_s", "warm_wall_s", "warm_cpu_s") if name == "diagnose" else ("wall_s", "cpu_s"):
+            b, a = (statistics.median(r[key] for r in runs[s]) for s in ("before", "after"))
+            out[f"{name}_{key}_median"] = {"before": round(b, 3), "after": round(a, 3), "ratio": round(a / b, 3)}
+            print(f"{name:9} {key:11} median: before {b:.3f} s, after {a:.3f} s, after/before {a / b:.3f}")
+    for side in trees:
+        answers = {(r["verdict"], r["rank"]) for r in diag[side]}
+        print(f"{side}: diagnosis {answers}")
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

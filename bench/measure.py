@@ -1,13 +1,38 @@
-"""Run a command as a child process and measure its wall time, CPU time and peak memory."""
+"""Run a command as a child process and measure its wall time, CPU time and peak memory; check commits out
+to measure them side by side."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+
+@contextmanager
+def checkouts(root: Path, work: Path, revs: dict[str, str]) -> Iterator[dict[str, Path]]:
+    """Each of ``revs`` (a side's name: a commit) checked out of the repository at ``root`` into a git
+    worktree ``work/<side>``, its compiled modules built in place (Cython: the test extra); the worktrees
+    are removed after."""
+    trees: dict[str, Path] = {}
+    try:
+        for side, rev in revs.items():
+            trees[side] = work / side
+            subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(trees[side]), rev],
+                           check=True)
+            if (trees[side] / "setup.py").exists():
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=trees[side],
+                               check=True, capture_output=True)
+        yield trees
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 def run_measured(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float, str, int]:

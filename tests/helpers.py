@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import socket
@@ -119,15 +120,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(lake: Path, *args: str) -> tuple[str, subprocess.Popen]:
+def serve(lake: Path, *args: str, source: Path = ROOT) -> tuple[str, subprocess.Popen]:
     """A real ``frlake serve`` over ``lake`` (with ``args``) on a free port, once it answers: its URL and its
-    process (the caller terminates it)."""
+    process (the caller terminates it). ``source``: the frlake tree it runs (bench/bench_pages.py: another
+    commit's)."""
     import pytest
 
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "frlake.cli.main", "--lake", str(lake), "serve", "--port", str(port), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source)} if source != ROOT else None,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(150):
